@@ -1,0 +1,32 @@
+"""The project's one exception family; each kind carries its documented exit code.
+
+Exit codes: 0 success, 1 user error or unreachable store (:class:`ReportError`),
+2 bad usage (Click's own), 3 the efficiency gate failed (:class:`GateFailed`).
+"""
+
+from __future__ import annotations
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_GATE = 3
+
+
+class ReportError(Exception):
+    """A problem the user can fix: bad input, a missing store, a name that matches nothing."""
+
+    exit_code = EXIT_ERROR
+
+
+class StoreError(ReportError):
+    """The tracking store is missing, unreachable or not in a layout we can read."""
+
+
+class DataError(ReportError):
+    """The data read is unusable (malformed file, disagreeing records, ...)."""
+
+
+class GateFailed(ReportError):
+    """``--fail-under-efficiency`` found a configuration below the threshold."""
+
+    exit_code = EXIT_GATE
