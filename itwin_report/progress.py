@@ -14,11 +14,15 @@ from contextlib import contextmanager
 Advance = Callable[[int], None]
 
 
+def _ignore(n: int = 1) -> None:
+    """Progress sink when progress is off."""
+
+
 @contextmanager
 def progress(description: str, total: int, enabled: bool = True) -> Iterator[Advance]:
     """Yield ``advance(n)``; show a bar (terminal) or start/end lines (pipe) on stderr."""
     if not enabled:
-        yield lambda n=1: None
+        yield _ignore
         return
     if sys.stderr.isatty():
         from rich.console import Console
@@ -34,7 +38,11 @@ def progress(description: str, total: int, enabled: bool = True) -> Iterator[Adv
         )
         with bar:
             task = bar.add_task(description, total=total)
-            yield lambda n=1: bar.advance(task, n)
+
+            def advance_bar(n: int = 1) -> None:
+                bar.advance(task, n)
+
+            yield advance_bar
         return
     start = time.perf_counter()
     done = [0]

@@ -112,7 +112,7 @@ def conform(frame: pd.DataFrame, columns: dict[str, str], what: str) -> pd.DataF
         return empty_frame(columns)
     out = frame.loc[:, list(columns)].copy()
     for name, dtype in columns.items():
-        out[name] = out[name].astype(dtype)
+        out[name] = out[name].astype(dtype)  # type: ignore[call-overload]
     return out.reset_index(drop=True)
 
 

@@ -116,9 +116,133 @@ class RunWriter:
         self._client.set_terminated(run_id, status=status, end_time=end_time_ms)
 
 
+# ---------------------------------------------------------------- reading
+
+RUNS_PAGE_SIZE = 1000
+HTTP_RETRY_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
+
+
+def limit_http_retries() -> None:
+    """Bound MLflow's own HTTP retries (default: 7 with backoff) unless the user set them."""
+    for name, value in HTTP_RETRY_ENV.items():
+        os.environ.setdefault(name, value)
+
+
+def _translate(uri: str, what: str, exc: Exception) -> StoreError:
+    from itwin_report.store.uri import mask_uri
+
+    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return StoreError(f"cannot {what} in {mask_uri(uri)}: {message}")
+
+
+def list_experiments(uri: str) -> list[tuple[str, str, int]]:
+    """``(id, name, 1 if it has a live run else 0)`` of the live experiments."""
+    from mlflow.entities import ViewType
+
+    mlc = client(uri)
+    try:
+        exps: list[Any] = []
+        token = None
+        while True:
+            page = mlc.search_experiments(
+                view_type=ViewType.ACTIVE_ONLY, max_results=1000, page_token=token
+            )
+            exps.extend(page)
+            token = page.token
+            if not token:
+                break
+        out = []
+        for exp in exps:
+            some = mlc.search_runs([exp.experiment_id], max_results=1) if len(exps) > 1 else [1]
+            out.append((str(exp.experiment_id), str(exp.name), 1 if some else 0))
+        return out
+    except MlflowException as exc:
+        raise _translate(uri, "list experiments", exc) from exc
+
+
+def search_all_runs(
+    uri: str, experiment_id: str, param_keys: Sequence[str], metric_keys: Sequence[str]
+) -> list[dict[str, Any]]:
+    """Every live run of the experiment (all pages) as plain dicts.
+
+    Keys: run_id, name, status, artifact_uri, parent_id, has_params, params (only
+    ``param_keys``), metric_keys (those of ``metric_keys`` the run has logged).
+    """
+    from mlflow.entities import ViewType
+
+    mlc = client(uri)
+    rows: list[dict[str, Any]] = []
+    token = None
+    try:
+        while True:
+            page = mlc.search_runs(
+                [experiment_id],
+                run_view_type=ViewType.ACTIVE_ONLY,
+                max_results=RUNS_PAGE_SIZE,
+                page_token=token,
+            )
+            rows.extend(_run_dict(run, param_keys, metric_keys) for run in page)
+            token = page.token
+            if not token:
+                return rows
+    except MlflowException as exc:
+        raise _translate(uri, "search runs", exc) from exc
+
+
+def _run_dict(run: Any, param_keys: Sequence[str], metric_keys: Sequence[str]) -> dict[str, Any]:
+    params = run.data.params
+    return {
+        "run_id": run.info.run_id,
+        "name": run.info.run_name or "",
+        "status": run.info.status,
+        "artifact_uri": run.info.artifact_uri or "",
+        "parent_id": run.data.tags.get(PARENT_TAG, ""),
+        "has_params": bool(params),
+        "params": {k: params[k] for k in param_keys if k in params},
+        "metric_keys": [k for k in metric_keys if k in run.data.metrics],
+    }
+
+
+def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float, int]]:
+    """All ``(step, value, timestamp)`` points of one metric (the client pages through them)."""
+    try:
+        points = client(uri).get_metric_history(run_id, key)
+    except MlflowException as exc:
+        raise _translate(uri, f"read metric {key} of run {run_id}", exc) from exc
+    return [(int(m.step), float(m.value), int(m.timestamp)) for m in points]
+
+
+def download_artifact(uri: str, artifact_uri: str, path: str, dst: str) -> Path | None:
+    """Download ``artifact_uri/path`` into ``dst``; None when the run has no such artifact."""
+    from mlflow.artifacts import download_artifacts
+
+    try:
+        local = download_artifacts(
+            artifact_uri=f"{artifact_uri.rstrip('/')}/{path}", dst_path=dst, tracking_uri=uri
+        )
+    except (MlflowException, OSError) as exc:
+        if _is_missing(exc):
+            return None
+        raise _translate(uri, f"download {path}", exc) from exc
+    return Path(local)
+
+
+def _is_missing(exc: Exception) -> bool:
+    """True when the error says the artifact does not exist (not a transport failure)."""
+    if isinstance(exc, FileNotFoundError):
+        return True
+    code = getattr(exc, "error_code", "")
+    text = str(exc)
+    return code in ("RESOURCE_DOES_NOT_EXIST", "NOT_FOUND") or any(
+        hint in text for hint in ("404", "does not exist", "No such file", "not found")
+    )
+
+
 def terminal_statuses() -> Sequence[str]:
     """Run statuses that mean the run is over."""
-    return [RunStatus.to_string(s) for s in (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.KILLED)]
+    return [
+        RunStatus.to_string(s) for s in (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.KILLED)
+    ]
 
 
 def default_artifact_location(uri: str, experiment_name: str) -> str | None:
@@ -136,8 +260,13 @@ __all__ = [
     "allow_file_store",
     "client",
     "default_artifact_location",
+    "download_artifact",
     "is_file_store",
+    "limit_http_retries",
+    "list_experiments",
+    "metric_history",
     "mlflow",
     "mlflow_exception",
+    "search_all_runs",
     "terminal_statuses",
 ]

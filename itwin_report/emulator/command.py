@@ -1,0 +1,173 @@
+"""The ``emulate`` command (light: numpy, pandas and mlflow load only when it runs)."""
+
+from __future__ import annotations
+
+import click
+
+from itwin_report.emulator.options import DEFAULT_EXPERIMENT, EmulationOptions
+from itwin_report.emulator.params import PRESETS, STRATEGIES
+from itwin_report.errors import ReportError
+from itwin_report.store import DEFAULT_TRACKING_URI, resolve_tracking_uri
+
+
+def _split(text: str, what: str) -> tuple[str, ...]:
+    items = tuple(x.strip() for x in text.split(",") if x.strip())
+    if not items:
+        raise ReportError(f"{what} must list at least one value")
+    return items
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    try:
+        return tuple(int(x) for x in _split(text, "--workers"))
+    except ValueError:
+        raise ReportError(f"--workers expects comma-separated integers, got {text!r}") from None
+
+
+def _summary(result, truth_path: str | None) -> str:
+    lines = [
+        f"experiment:    {result.experiment_name} (id {result.experiment_id})",
+        f"tracking URI:  {result.tracking_uri}",
+        f"jobs:          {result.jobs} top-level runs, {result.worker_runs} worker runs",
+        f"metric points: {result.metric_points}",
+        f"took:          {result.seconds:.1f} s",
+    ]
+    if truth_path:
+        lines.append(f"truth:         {truth_path}")
+    command = f"itwin-report generate-scalability-report --experiment-name {result.experiment_name}"
+    if result.tracking_uri != DEFAULT_TRACKING_URI:
+        command += f" --tracking-uri {result.tracking_uri}"
+    lines.append(f"next:          {command}")
+    return "\n".join(lines)
+
+
+@click.command(
+    "emulate",
+    epilog="""\b
+Examples:
+  itwin-report emulate
+  itwin-report emulate --preset virgo --repeats 1 --experiment-name virgo
+  itwin-report emulate --strategies torch-ddp --workers 2,4 --epochs 3 --set noise=0
+  itwin-report emulate --preset input-bound --log-on-workers 0 --truth truth.json
+""",
+)
+@click.option(
+    "--strategies",
+    default=",".join(STRATEGIES),
+    show_default=True,
+    help="Comma-separated strategies to emulate, e.g. --strategies deepspeed,torch-ddp.",
+)
+@click.option(
+    "--workers",
+    default="4,8,16,32",
+    show_default=True,
+    help="Comma-separated GPU counts per job, e.g. --workers 2,4,8.",
+)
+@click.option(
+    "--epochs",
+    type=int,
+    default=None,
+    help="Epochs per job (default: the preset's), e.g. --epochs 3.",
+)
+@click.option(
+    "--repeats",
+    type=int,
+    default=2,
+    show_default=True,
+    help="Jobs per configuration, e.g. --repeats 3.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Noise seed, e.g. --seed 7.")
+@click.option(
+    "--preset",
+    type=click.Choice(list(PRESETS)),
+    default="default",
+    show_default=True,
+    help="Model parameters to start from, e.g. --preset mnist.",
+)
+@click.option(
+    "--gpus-per-node",
+    type=int,
+    default=None,
+    help="GPUs per node (default: the preset's), e.g. --gpus-per-node 8.",
+)
+@click.option(
+    "--set",
+    "overrides",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Override a model parameter (repeatable), e.g. --set sigma_run=0 --set noise=0.",
+)
+@click.option(
+    "--log-on-workers",
+    type=click.Choice(["all", "0"]),
+    default="all",
+    show_default=True,
+    help="Which ranks get a worker run: every rank, or rank 0 only (--log-on-workers 0).",
+)
+@click.option(
+    "--experiment-name",
+    default=DEFAULT_EXPERIMENT,
+    show_default=True,
+    help="MLflow experiment to write, e.g. --experiment-name demo.",
+)
+@click.option(
+    "--tracking-uri",
+    default=None,
+    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mllogs/mlflow.db), "
+    "e.g. --tracking-uri sqlite:///runs/mlflow.db.",
+)
+@click.option(
+    "--truth",
+    "truth_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write the noise-free ground truth as JSON, e.g. --truth truth.json.",
+)
+@click.option(
+    "--append", is_flag=True, help="Add runs to an experiment that already holds some (--append)."
+)
+@click.option(
+    "--no-performance-json",
+    is_flag=True,
+    help="Do not log performance/performance.json artifacts (--no-performance-json).",
+)
+def emulate_command(
+    strategies: str,
+    workers: str,
+    epochs: int | None,
+    repeats: int,
+    seed: int,
+    preset: str,
+    gpus_per_node: int | None,
+    overrides: tuple[str, ...],
+    log_on_workers: str,
+    experiment_name: str,
+    tracking_uri: str | None,
+    truth_path: str | None,
+    append: bool,
+    no_performance_json: bool,
+) -> None:
+    """Write realistic sample training runs of an emulated GPU cluster to MLflow."""
+    options = EmulationOptions(
+        strategies=_split(strategies, "--strategies"),
+        workers=_ints(workers),
+        epochs=epochs,
+        repeats=repeats,
+        seed=seed,
+        preset=preset,
+        gpus_per_node=gpus_per_node,
+        overrides=overrides,
+        log_on_workers=log_on_workers,
+        experiment_name=experiment_name,
+        append=append,
+        performance_json=not no_performance_json,
+    )
+    options.params()  # fail on bad options before touching the store
+    uri = resolve_tracking_uri(tracking_uri)
+    from itwin_report.emulator.truth import expected_truth, write_truth
+    from itwin_report.emulator.writer import run_emulation
+
+    result = run_emulation(options, uri, show_progress=True)
+    if truth_path:
+        write_truth(expected_truth(options), truth_path)
+    click.echo(_summary(result, truth_path))

@@ -1,0 +1,75 @@
+"""The noise-free ground truth of an emulation: what the report should compute from it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from itwin_report.emulator import model, profile, timeline
+from itwin_report.emulator.options import EmulationOptions
+from itwin_report.emulator.params import ModelParams
+from itwin_report.errors import ReportError
+
+
+def configuration(
+    p: ModelParams, strategy: str, workers: int, logging_ranks: int
+) -> dict[str, Any]:
+    """Truth of one (strategy, workers) configuration; energy over ``logging_ranks`` GPUs."""
+    times = model.epoch_times(p, strategy, workers)
+    lay = timeline.layout(p, strategy, workers, np.ones(p.epochs))
+    util = timeline.utilization(lay, p.probing_interval)
+    watts = timeline.power(p, util)
+    energy = logging_ranks * float(watts.sum()) * p.probing_interval / 3600.0
+    st = model.step(p, strategy, workers)
+    total_time = p.setup_s + sum(times)
+    perf = timeline.performance_record(p, strategy, workers, total_time)
+    compute, comm = profile.fractions(profile.rows(p, strategy, workers))
+    after = times[1:]
+    return {
+        "strategy": strategy,
+        "workers": workers,
+        "epoch_times_s": times,
+        "mean_epoch_time_s": sum(times) / len(times),
+        "mean_epoch_time_after_warmup_s": sum(after) / len(after) if after else None,
+        "energy_wh": energy,
+        "energy_wh_per_epoch": energy / p.epochs,
+        "utilization_pct": float(util.mean()) if len(util) else None,
+        "avg_power_w": float(watts.mean()) if len(watts) else None,
+        "computation_fraction": compute,
+        "communication_fraction": comm,
+        "samples_per_sec": workers * perf["total_samples"] / total_time,
+        "steady_samples_per_sec": workers * p.batch_size / st.time,
+        "est_samples_per_sec": perf["est_samples_per_sec"],
+        "input_bound": st.input_bound,
+        "gpus_per_node": p.gpus_per_node,
+        "nodes": model.nodes(workers, p.gpus_per_node),
+    }
+
+
+def expected_truth(options: EmulationOptions) -> dict[str, Any]:
+    """Ground truth for ``options`` (no MLflow needed)."""
+    p = options.params()
+    configs = [
+        configuration(p, s, n, len(options.log_ranks(n)))
+        for s in options.strategies
+        for n in options.workers
+    ]
+    return {
+        "preset": options.preset,
+        "seed": options.seed,
+        "params": p.as_dict(),
+        "configurations": configs,
+    }
+
+
+def write_truth(truth: dict[str, Any], path: str | Path) -> None:
+    """Write the truth as indented JSON; ReportError when the file cannot be written."""
+    target = Path(path)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(json.dumps(truth, indent=2) + "\n")
+    except OSError as exc:
+        raise ReportError(f"cannot write truth file {target}: {exc.strerror}") from exc

@@ -1,0 +1,123 @@
+"""Read and merge ``performance.json`` records (one per worker, or already merged).
+
+Merge rules: samples add up, ``total_time`` is the first record's, ``compile_time`` and
+``programming_time`` take the maximum, ``est_samples_per_sec`` must agree, ``samples_per_sec``
+is recomputed from the merged totals, ``suspected_input_bottleneck`` is true if any record says so.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from itwin_report.errors import DataError
+
+REQUIRED = ("total_samples", "total_time", "est_samples_per_sec")
+NUMERIC = (
+    "total_samples",
+    "total_time",
+    "samples_per_sec",
+    "compile_time",
+    "programming_time",
+    "est_samples_per_sec",
+)
+
+
+def read_record(path: Path) -> dict:
+    """Load one performance.json; ``DataError`` naming the file if unusable."""
+    path = Path(path)
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DataError(f"{path}: file not found") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"{path}: not a readable JSON file ({exc})") from None
+    if not isinstance(record, dict):
+        raise DataError(f"{path}: expected a JSON object, found {type(record).__name__}")
+    missing = [f for f in REQUIRED if f not in record]
+    if missing:
+        raise DataError(f"{path}: missing field(s) {', '.join(missing)}")
+    for name in NUMERIC:
+        value = record.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise DataError(f"{path}: field {name} is not a number: {value!r}")
+    return record
+
+
+def merge_records(records: Sequence[dict], names: Sequence[str] | None = None) -> dict:
+    """Merge worker records into one; ``DataError`` if their estimates disagree."""
+    if not records:
+        raise DataError("no performance records to merge")
+    names = list(names) if names is not None else [f"record {i}" for i in range(len(records))]
+    if len(names) != len(records):
+        raise ValueError("names and records differ in length")
+    samples = sum(_num(r, "total_samples") for r in records)
+    total_time = _num(records[0], "total_time")
+    merged: dict[str, Any] = {
+        "total_samples": samples,
+        "total_time": total_time,
+        "samples_per_sec": samples / total_time if total_time else 0.0,
+        "compile_time": max(_num(r, "compile_time") for r in records),
+        "programming_time": max(_num(r, "programming_time") for r in records),
+        "est_samples_per_sec": _agreed_estimate(records, names),
+        "suspected_input_bottleneck": any(
+            bool(r.get("suspected_input_bottleneck")) for r in records
+        ),
+        "records": sum(record_count(r) for r in records),
+        "ordinals": [o for r in records for o in _ordinals(r)],
+    }
+    return merged
+
+
+def merge_files(paths: Sequence[Path]) -> dict:
+    """Read and merge the given performance.json files."""
+    return merge_records([read_record(Path(p)) for p in paths], [str(p) for p in paths])
+
+
+def record_count(record: dict) -> int:
+    """How many workers a record stands for: len(ordinals), else its ``records``, else 1."""
+    if isinstance(record.get("ordinals"), list):
+        return len(record["ordinals"])
+    count = record.get("records")
+    return int(count) if isinstance(count, int | float) and count == count and count > 0 else 1
+
+
+def _ordinals(record: dict) -> list[dict]:
+    """The per-worker summaries a record contributes to the merged ``ordinals``."""
+    if isinstance(record.get("ordinals"), list):
+        return [dict(o) for o in record["ordinals"]]
+    total_time = _num(record, "total_time")
+    samples = _num(record, "total_samples")
+    return [
+        {
+            "total_samples": samples,
+            "total_time": total_time,
+            "samples_per_sec": samples / total_time if total_time else 0.0,
+        }
+    ]
+
+
+def _agreed_estimate(records: Sequence[dict], names: Sequence[str]) -> float:
+    """The common ``est_samples_per_sec`` (NaN when none is known)."""
+    first: tuple[str, float] | None = None
+    for name, record in zip(names, records, strict=True):
+        value = record.get("est_samples_per_sec")
+        if value is None or value != value:
+            continue
+        if first is None:
+            first = (name, float(value))
+        elif not math.isclose(first[1], float(value), rel_tol=1e-9, abs_tol=1e-12):
+            raise DataError(
+                f"est_samples_per_sec disagrees: {first[0]} says {first[1]:g}, "
+                f"{name} says {float(value):g}"
+            )
+    return first[1] if first is not None else float("nan")
+
+
+def _num(record: dict, name: str) -> float:
+    """A numeric field, 0 when absent or null."""
+    value = record.get(name)
+    return 0.0 if value is None else float(value)

@@ -1,0 +1,344 @@
+"""Figures of a report (matplotlib object API, Agg canvas; no pyplot state).
+
+Light module: matplotlib is imported inside functions.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from itwin_report.errors import ReportError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+
+    from itwin_report.report import Report
+
+SAVE_FORMATS = ("png", "svg", "pdf")
+PALETTE = (
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
+IDEAL_COLOR = "0.4"
+
+
+def strategy_colors(report: Report) -> dict[str, str]:
+    """One fixed colour per strategy: sorted names mapped onto the palette."""
+    names: set[str] = set()
+    for frame in (report.epoch_time, report.gpu, report.computation, report.throughput):
+        names |= {str(s) for s in frame["strategy"]}
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(sorted(names))}
+
+
+def _figure(title: str) -> tuple[Figure, Axes]:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.5, 4.8), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def _worker_ticks(ax: Axes, workers: list[int], log: bool = True) -> None:
+    """Label the x axis with the actual worker counts."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    if log:
+        ax.set_xscale("log", base=2)
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.set_xticks(workers, [str(w) for w in workers])
+    ax.set_xlabel("Workers (GPUs)")
+
+
+def _warmup_caption(ax: Axes, report: Report) -> None:
+    """Add the warm-up choice under the title."""
+    n = report.warmup_epochs
+    text = f"first {n} epoch(s) of every run left out" if n > 0 else "all epochs included"
+    ax.set_title(f"{ax.get_title()}\n({text})")
+
+
+def _plain_log_y(ax: Axes, base: int = 10) -> None:
+    """Log y axis labelled with plain numbers (12, 20, 50), not powers."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log", base=base)
+    subs = (1.0, 2.0, 5.0) if base == 10 else (1.0,)
+    ax.yaxis.set_major_locator(LogLocator(base=base, subs=subs))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _by_strategy(frame: pd.DataFrame, column: str) -> list[tuple[str, list[int], list[float]]]:
+    out = []
+    for strategy, group in frame.groupby("strategy", sort=True):
+        group = group[group[column].notna()].sort_values("workers")
+        if len(group):
+            out.append((str(strategy), [int(w) for w in group["workers"]], list(group[column])))
+    return out
+
+
+def _lines(
+    report: Report, frame: pd.DataFrame, column: str, title: str, ylabel: str
+) -> tuple[Figure, Axes] | None:
+    series = _by_strategy(frame, column)
+    if not series:
+        return None
+    colors = strategy_colors(report)
+    fig, ax = _figure(title)
+    for strategy, workers, values in series:
+        ax.plot(workers, values, marker="o", color=colors[strategy], label=strategy)
+    _worker_ticks(ax, sorted({w for _, ws, _ in series for w in ws}))
+    ax.set_ylabel(ylabel)
+    return fig, ax
+
+
+def epoch_time_figure(report: Report) -> Figure | None:
+    made = _lines(
+        report,
+        report.epoch_time,
+        "avg_epoch_time_s",
+        "Average epoch time vs workers",
+        "Average epoch time (s)",
+    )
+    if made is None:
+        return None
+    fig, ax = made
+    _plain_log_y(ax)
+    ax.legend(title="Strategy")
+    _warmup_caption(ax, report)
+    return fig
+
+
+def speedup_figure(report: Report) -> Figure | None:
+    made = _lines(
+        report, report.epoch_time, "speedup", "Relative speedup (epoch time)", "Speedup (x)"
+    )
+    if made is None:
+        return None
+    fig, ax = made
+    _plain_log_y(ax, base=2)
+    _ideal_speedup(ax, report.epoch_time)
+    ax.legend(title="Strategy")
+    _warmup_caption(ax, report)
+    return fig
+
+
+def _ideal_speedup(ax: Axes, table: pd.DataFrame) -> None:
+    """Dashed ideal line: speedup = workers / base, from the smallest base to the largest count."""
+    known = table[table["speedup"].notna()]
+    base = int(known.loc[known["speedup"] == 1.0, "workers"].min())
+    top = int(known["workers"].max())
+    ax.plot(
+        [base, top], [1.0, top / base], label="ideal (linear)", color=IDEAL_COLOR, linestyle="--"
+    )
+
+
+def efficiency_figure(report: Report) -> Figure | None:
+    made = _lines(
+        report,
+        report.epoch_time,
+        "efficiency",
+        "Parallel efficiency (epoch time)",
+        "Efficiency (speedup / scale)",
+    )
+    if made is None:
+        return None
+    fig, ax = made
+    ax.axhline(1.0, label="ideal", color=IDEAL_COLOR, linestyle="--")
+    top = max(1.1, float(report.epoch_time["efficiency"].max()) * 1.05)
+    ax.set_ylim(0, top)
+    ax.legend(title="Strategy")
+    _warmup_caption(ax, report)
+    return fig
+
+
+def throughput_figure(report: Report) -> Figure | None:
+    made = _lines(
+        report,
+        report.throughput,
+        "samples_per_sec",
+        "Throughput vs workers",
+        "Throughput (samples/s, whole job)",
+    )
+    if made is None:
+        return None
+    fig, ax = made
+    _plain_log_y(ax)
+    colors = strategy_colors(report)
+    for strategy, workers, values in _by_strategy(report.throughput, "samples_per_sec"):
+        base_w, base_v = workers[0], values[0]
+        ax.plot(
+            [base_w, workers[-1]],
+            [base_v, base_v * workers[-1] / base_w],
+            color=colors[strategy],
+            linestyle="--",
+            alpha=0.6,
+            label=f"{strategy} ideal",
+        )
+    sources = sorted({str(s) for s in report.throughput["source"]})
+    ax.legend(title="Strategy")
+    ax.set_title(f"{ax.get_title()}\n(source: {', '.join(sources)}; dashed: linear from the base)")
+    return fig
+
+
+def _grouped_bars(
+    report: Report, frame: pd.DataFrame, column: str, title: str, ylabel: str
+) -> Figure | None:
+    """Bars grouped by worker count, one bar per strategy, in the strategy's colour."""
+    known = frame[frame[column].notna()]
+    if known.empty:
+        return None
+    colors = strategy_colors(report)
+    workers = sorted({int(w) for w in known["workers"]})
+    strategies = sorted({str(s) for s in known["strategy"]})
+    width = 0.8 / len(strategies)
+    fig, ax = _figure(title)
+    ax.grid(False, axis="x")
+    for i, strategy in enumerate(strategies):
+        mine = known[known["strategy"] == strategy]
+        xs = [
+            workers.index(int(w)) + (i - (len(strategies) - 1) / 2) * width for w in mine["workers"]
+        ]
+        ax.bar(xs, list(mine[column]), width=width, color=colors[strategy], label=strategy)
+    ax.set_xticks(range(len(workers)), [str(w) for w in workers])
+    ax.set_xlabel("Workers (GPUs)")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(0, float(known[column].max()) * 1.2)
+    ax.legend(title="Strategy", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def gpu_energy_figure(report: Report) -> Figure | None:
+    return _grouped_bars(
+        report, report.gpu, "energy_wh", "GPU energy per run (all GPUs)", "Energy per run (Wh)"
+    )
+
+
+def gpu_utilization_figure(report: Report) -> Figure | None:
+    fig = _grouped_bars(report, report.gpu, "utilization_pct", "GPU utilization", "Utilization (%)")
+    if fig is not None:
+        fig.axes[0].set_ylim(0, 100)
+    return fig
+
+
+def computation_figure(report: Report) -> Figure | None:
+    """Stacked bars per configuration: computation, communication, other (hatched)."""
+    table = report.computation[report.computation["computation_fraction"].notna()]
+    if table.empty:
+        return None
+    colors = strategy_colors(report)
+    fig, ax = _figure("Computation vs other (share of GPU time)")
+    ax.grid(False, axis="x")
+    comp = [float(v) for v in table["computation_fraction"]]
+    comm = [float(v) if v == v else 0.0 for v in table["communication_fraction"]]
+    other = [max(0.0, 1.0 - a - b) for a, b in zip(comp, comm, strict=True)]
+    xs = list(range(len(table)))
+    bar_colors = [colors[str(s)] for s in table["strategy"]]
+    ax.bar(xs, comp, color=bar_colors, edgecolor="black", label="computation")
+    ax.bar(
+        xs,
+        comm,
+        bottom=comp,
+        color=bar_colors,
+        edgecolor="black",
+        hatch="xx",
+        alpha=0.6,
+        label="communication",
+    )
+    bottoms = [a + b for a, b in zip(comp, comm, strict=True)]
+    ax.bar(xs, other, bottom=bottoms, color="white", edgecolor="black", hatch="//", label="other")
+    labels = [f"{s}\n{int(w)}" for s, w in zip(table["strategy"], table["workers"], strict=True)]
+    ax.set_xticks(xs, labels)
+    ax.set_xlabel("Strategy and workers (GPUs)")
+    ax.set_ylabel("Fraction of GPU time")
+    ax.set_ylim(0, 1)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    return fig
+
+
+def rates_figure(report: Report) -> Figure | None:
+    """Rate and GlobalRate over elapsed time; points left out of the steady estimate marked."""
+    from itwin_report.schema import GLOBAL_RATE, RATE
+
+    series = report.rate_series
+    if series.empty or report.rate_config is None:
+        return None
+    strategy, workers = report.rate_config
+    color = strategy_colors(report).get(strategy, PALETTE[0])
+    fig, ax = _figure(f"Per-worker rates: {strategy}, {workers} workers")
+    rate = series[series["key"] == RATE]
+    glob = series[series["key"] == GLOBAL_RATE]
+    if len(rate):
+        ax.plot(rate["elapsed_s"], rate["value"], marker=".", color=color, label="Rate (smoothed)")
+        out = rate[rate["excluded"]]
+        ax.plot(
+            out["elapsed_s"],
+            out["value"],
+            linestyle="none",
+            marker="x",
+            color="#d62728",
+            markersize=8,
+            label="left out of steady rate",
+        )
+    if len(glob):
+        ax.plot(glob["elapsed_s"], glob["value"], color="0.3", linestyle="--", label="GlobalRate")
+    ax.set_xlabel("Elapsed time (s)")
+    ax.set_ylabel("Samples/s per worker")
+    ax.set_ylim(bottom=0)
+    ax.legend()
+    return fig
+
+
+FIGURES = {
+    "epoch_time": epoch_time_figure,
+    "speedup": speedup_figure,
+    "efficiency": efficiency_figure,
+    "computation": computation_figure,
+    "gpu_energy": gpu_energy_figure,
+    "gpu_utilization": gpu_utilization_figure,
+    "throughput": throughput_figure,
+    "rates": rates_figure,
+}
+
+
+def make_figures(report: Report) -> dict[str, Figure]:
+    """Name -> figure, only for plots that have data."""
+    figures = {}
+    for name, build in FIGURES.items():
+        fig = build(report)
+        if fig is not None:
+            figures[name] = fig
+    return figures
+
+
+def save_figures(figures: dict[str, Figure], plot_dir: Path, fmt: str = "png") -> list[Path]:
+    """Write each figure to ``plot_dir/<name>.<fmt>``; figures are cleared once written."""
+    if fmt not in SAVE_FORMATS:
+        raise ReportError(f"unknown plot format {fmt!r}; use one of {', '.join(SAVE_FORMATS)}")
+    plot_dir = Path(plot_dir)
+    paths = []
+    try:
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        for name, fig in figures.items():
+            path = plot_dir / f"{name}.{fmt}"
+            fig.savefig(path, format=fmt, dpi=120)
+            fig.clear()
+            paths.append(path)
+    except OSError as exc:
+        raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
+    return paths

@@ -1,0 +1,72 @@
+"""The scalability report: pure aggregation of a :class:`RunData` into tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from itwin_report.errors import ReportError
+from itwin_report.report.common import normalized
+from itwin_report.report.computation import computation_table
+from itwin_report.report.epoch_time import epoch_time_table
+from itwin_report.report.gpu import gpu_table
+from itwin_report.report.series import rate_series
+from itwin_report.report.throughput import SOURCE_NAMES, throughput_table
+from itwin_report.schema import RunData
+
+__all__ = ["Report", "below_efficiency", "build_report"]
+
+
+@dataclass
+class Report:
+    """All tables of one experiment's report, plus the Rate series for its plot."""
+
+    experiment: str
+    tracking_uri: str
+    warmup_epochs: int
+    epoch_time: pd.DataFrame
+    gpu: pd.DataFrame
+    computation: pd.DataFrame
+    throughput: pd.DataFrame
+    rate_series: pd.DataFrame
+    rate_config: tuple[str, int] | None
+    warnings: list[str] = field(default_factory=list)
+
+
+def build_report(
+    data: RunData,
+    warmup_epochs: int = 1,
+    rate_config: tuple[str, int] | None = None,
+    throughput_source: str = "auto",
+) -> Report:
+    """Aggregate ``data`` into a :class:`Report`; raises ``ReportError`` on bad options."""
+    if warmup_epochs < 0:
+        raise ReportError(f"warm-up epochs must be >= 0, got {warmup_epochs}")
+    if throughput_source != "auto" and throughput_source not in SOURCE_NAMES:
+        choices = ", ".join(["auto", *SOURCE_NAMES])
+        raise ReportError(f"unknown throughput source {throughput_source!r}; use one of {choices}")
+    data = normalized(data)
+    epoch, w_epoch = epoch_time_table(data, warmup_epochs)
+    gpu, w_gpu = gpu_table(data)
+    comp, w_comp = computation_table(data)
+    thr, w_thr = throughput_table(data, gpu, comp, warmup_epochs, throughput_source)
+    series, config, w_series = rate_series(data, rate_config)
+    return Report(
+        experiment=data.experiment,
+        tracking_uri=data.tracking_uri,
+        warmup_epochs=warmup_epochs,
+        epoch_time=epoch,
+        gpu=gpu,
+        computation=comp,
+        throughput=thr,
+        rate_series=series,
+        rate_config=config,
+        warnings=[*data.warnings, *w_epoch, *w_gpu, *w_comp, *w_thr, *w_series],
+    )
+
+
+def below_efficiency(report: Report, threshold: float) -> pd.DataFrame:
+    """Epoch-time rows whose parallel efficiency is below ``threshold`` (NaN never is)."""
+    table = report.epoch_time
+    return table[table["efficiency"] < threshold].reset_index(drop=True)

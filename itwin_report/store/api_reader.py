@@ -1,0 +1,206 @@
+"""Read a store through MLflow's public API: HTTP servers, and SQL stores of another schema.
+
+Runs come from ``search_runs`` page by page. On an HTTP server metric histories come from the
+bulk endpoint (up to 100 runs and 25,000 points a request); that endpoint cuts off at
+``max_results`` points without saying so, so after a full page the runs it may have cut short
+are asked for again; a single run that alone fills a page goes through the paginated
+``get_metric_history``. Other stores are asked per run
+and key, but only for keys the run has logged.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from itwin_report.errors import StoreError
+from itwin_report.progress import Advance
+from itwin_report.schema import METRIC_KEYS
+from itwin_report.store import mlflow_api
+from itwin_report.store.tree import WORKER_PARAMS
+from itwin_report.store.uri import HTTP, mask_uri, store_kind
+
+BULK_PATH = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
+PROBE_PATH = "/api/2.0/mlflow/experiments/search"
+BULK_MAX_RUNS = 100
+BULK_MAX_POINTS = 25_000
+PROBE_TIMEOUT_S = (5.0, 10.0)  # connect, read
+REQUEST_TIMEOUT_S = (10.0, 120.0)
+THREADS = 4
+METRIC_FRAME = ["run_id", "key", "step", "value", "timestamp"]
+
+
+def _reason(exc: Exception) -> str:
+    """A short reason from a requests error (``[Errno 111] Connection refused``)."""
+    text = str(exc)
+    found = re.search(r"(\[Errno [^\]]+\][^'\")]*)", text)
+    if found:
+        return found.group(1).strip()
+    if "timed out" in text.lower():
+        return "timed out"
+    return type(exc).__name__
+
+
+class HttpSession:
+    """``requests`` with the credentials and TLS settings MLflow's client reads from env."""
+
+    def __init__(self, uri: str) -> None:
+        import requests
+
+        self.base = uri.rstrip("/")
+        self.session = requests.Session()
+        token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+        user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+        if token:
+            self.session.headers["Authorization"] = f"Bearer {token}"
+        elif user:
+            self.session.auth = (user, os.environ.get("MLFLOW_TRACKING_PASSWORD", ""))
+        if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true":
+            self.session.verify = False
+        elif os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH"):
+            self.session.verify = os.environ["MLFLOW_TRACKING_SERVER_CERT_PATH"]
+        if os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH"):
+            self.session.cert = os.environ["MLFLOW_TRACKING_CLIENT_CERT_PATH"]
+
+    def get(self, path: str, params: Any, timeout: tuple[float, float]) -> dict[str, Any]:
+        """The JSON answer of ``GET base+path``; StoreError on transport or HTTP errors."""
+        import requests
+
+        where = mask_uri(self.base)
+        try:
+            answer = self.session.get(self.base + path, params=params, timeout=timeout)
+        except requests.RequestException as exc:
+            raise StoreError(f"cannot reach MLflow server at {where}: {_reason(exc)}") from exc
+        if answer.status_code in (401, 403):
+            raise StoreError(
+                f"MLflow server at {where} refused access (HTTP {answer.status_code}); set "
+                "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN"
+            )
+        if answer.status_code != 200:
+            detail = answer.text.strip().splitlines()[0][:200] if answer.text.strip() else ""
+            raise StoreError(
+                f"MLflow server at {where} answered HTTP {answer.status_code}: {detail}"
+            )
+        try:
+            data = answer.json()
+        except ValueError as exc:
+            raise StoreError(f"{where} did not answer like an MLflow server") from exc
+        return data if isinstance(data, dict) else {}
+
+
+class ApiReader:
+    """Experiments, runs, metrics and artifacts through MLflow's client (and its REST API)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.http: HttpSession | None = None
+        self._metric_keys: dict[str, list[str]] = {}
+        if store_kind(uri) == HTTP:
+            self.http = HttpSession(uri)
+            self.http.get(PROBE_PATH, {"max_results": 1}, PROBE_TIMEOUT_S)
+            mlflow_api.limit_http_retries()
+
+    def close(self) -> None:
+        """Release the HTTP session."""
+        if self.http is not None:
+            self.http.session.close()
+
+    def experiments(self) -> list[tuple[Any, str, int]]:
+        """``(id, name, 1 when it has live runs)`` of the live experiments."""
+        return list(mlflow_api.list_experiments(self.uri))
+
+    def runs(self, experiment_id: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(live runs in the tree's raw layout, their worker params in long format)."""
+        found = mlflow_api.search_all_runs(self.uri, str(experiment_id), WORKER_PARAMS, METRIC_KEYS)
+        self._metric_keys = {r["run_id"]: r["metric_keys"] for r in found}
+        columns = ["run_id", "name", "status", "parent_id", "artifact_uri", "has_params"]
+        runs = pd.DataFrame([{c: r[c] for c in columns} for r in found], columns=columns)
+        params = pd.DataFrame(
+            [(r["run_id"], k, v) for r in found for k, v in r["params"].items()],
+            columns=["run_id", "key", "value"],
+        )
+        return runs, params
+
+    def metrics(self, experiment_id: Any, run_ids: Sequence[str], advance: Advance) -> pd.DataFrame:
+        """Points of :data:`METRIC_KEYS` of ``run_ids``, never truncated.
+
+        ``advance`` counts (run, key) pairs.
+        """
+        del experiment_id
+        tasks = self._tasks(run_ids)
+        fetch = self._bulk if self.http is not None else self._per_run
+        frames: list[pd.DataFrame] = []
+        done = 0
+        with ThreadPoolExecutor(THREADS) as pool:
+            for (ids, _), frame in zip(tasks, pool.map(lambda t: fetch(*t), tasks), strict=True):
+                frames.append(frame)
+                advance(len(ids))
+                done += len(ids)
+        advance(len(run_ids) * len(METRIC_KEYS) - done)  # pairs the runs never logged
+        frames = [f for f in frames if not f.empty]
+        if not frames:
+            return pd.DataFrame(columns=METRIC_FRAME)
+        return pd.concat(frames, ignore_index=True)
+
+    def _tasks(self, run_ids: Sequence[str]) -> list[tuple[list[str], str]]:
+        """(run ids, key) work items: bulk batches on HTTP, one run each otherwise."""
+        size = BULK_MAX_RUNS if self.http is not None else 1
+        tasks: list[tuple[list[str], str]] = []
+        for key in METRIC_KEYS:
+            ids = [r for r in run_ids if key in self._metric_keys.get(r, ())]
+            tasks.extend((ids[i : i + size], key) for i in range(0, len(ids), size))
+        return tasks
+
+    def _per_run(self, ids: list[str], key: str) -> pd.DataFrame:
+        (run_id,) = ids
+        points = mlflow_api.metric_history(self.uri, run_id, key)
+        frame = pd.DataFrame(points, columns=["step", "value", "timestamp"])
+        frame.insert(0, "key", key)
+        frame.insert(0, "run_id", run_id)
+        return frame
+
+    def _bulk(self, ids: list[str], key: str) -> pd.DataFrame:
+        """One bulk request; runs a full page may have cut short are asked for again."""
+        assert self.http is not None
+        params = {"run_id": ids, "metric_key": key, "max_results": BULK_MAX_POINTS}
+        answer = self.http.get(BULK_PATH, params, REQUEST_TIMEOUT_S).get("metrics", [])
+        frame = pd.DataFrame(answer, columns=METRIC_FRAME)
+        frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+        if len(frame) < BULK_MAX_POINTS:
+            return frame
+        if len(ids) == 1:
+            return self._per_run(ids, key)
+        return self._after_full_page(frame, ids, key)
+
+    def _after_full_page(self, frame: pd.DataFrame, ids: list[str], key: str) -> pd.DataFrame:
+        """Complete the answer to a full page.
+
+        MLflow sorts the page by run id, so runs before the page's last run are complete:
+        keep them, and ask again for the last run and the runs after it. A page in another
+        order is thrown away and the batch halved.
+        """
+        run_ids = frame["run_id"]
+        if not run_ids.is_monotonic_increasing:
+            half = len(ids) // 2
+            return pd.concat([self._bulk(ids[:half], key), self._bulk(ids[half:], key)])
+        last = str(run_ids.iloc[-1])
+        complete = frame[run_ids < last]
+        tail = self._per_run([last], key) if complete.empty else self._bulk([last], key)
+        later = sorted(i for i in ids if i > last)
+        parts = [complete, tail]
+        if later:
+            parts.append(self._bulk(later, key))
+        return pd.concat([p for p in parts if not p.empty] or [frame.iloc[:0]])
+
+    def remote_artifact(self, artifact_uri: str, path: str) -> bytes | None:
+        """Download one artifact through MLflow; None when the run has none."""
+        with tempfile.TemporaryDirectory(prefix="itwin-report-") as tmp:
+            local = mlflow_api.download_artifact(self.uri, artifact_uri, path, tmp)
+            return Path(local).read_bytes() if local is not None else None

@@ -1,0 +1,137 @@
+"""Per-worker artifacts: the profiler's averages CSV and ``performance.json``.
+
+Local artifact roots (``file:`` URIs and paths) are read with plain file reads; anything else
+goes through a ``remote`` callable (an MLflow download). A missing artifact is normal; a
+malformed one becomes a warning naming the run.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pandas as pd
+
+from itwin_report.progress import progress
+from itwin_report.schema import (
+    PERFORMANCE_ARTIFACT,
+    PERFORMANCE_COLUMNS,
+    PERFORMANCE_FIELDS,
+    PROFILE_ARTIFACT,
+    PROFILE_COLUMNS,
+)
+from itwin_report.store.uri import local_artifact_dir
+
+Remote = Callable[[str, str], bytes | None]  # (artifact_uri, relative path) -> bytes or None
+THREADS = 8
+_NUMERIC = [f for f in PERFORMANCE_FIELDS if f != "suspected_input_bottleneck"]
+_REQUIRED = ("total_samples", "total_time")
+
+
+def read_local(artifact_uri: str, path: str) -> bytes | None:
+    """The artifact's bytes from a local artifact root, None when absent."""
+    root = local_artifact_dir(artifact_uri)
+    if root is None:
+        raise ValueError(f"not a local artifact root: {artifact_uri}")
+    try:
+        return (root / path).read_bytes()
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
+        return None
+
+
+def _fetch(artifact_uri: str, path: str, remote: Remote | None) -> bytes | None:
+    if local_artifact_dir(artifact_uri) is not None:
+        return read_local(artifact_uri, path)
+    if remote is None:
+        return None
+    return remote(artifact_uri, path)
+
+
+def _who(row: Any) -> str:
+    return f"worker run {str(row.run_id)[:8]} (rank {row.rank}) of {row.run_name}"
+
+
+def parse_profile(data: bytes, run_id: str) -> pd.DataFrame:
+    """Rows ``run_id, name, self_cuda_time_total`` of a profiler averages CSV."""
+    table = pd.read_csv(io.BytesIO(data))
+    missing = [c for c in ("name", "self_cuda_time_total") if c not in table.columns]
+    if missing:
+        raise ValueError(f"no column {', '.join(missing)}")
+    times = pd.to_numeric(table["self_cuda_time_total"], errors="coerce")
+    if times.isna().any():
+        raise ValueError("non-numeric self_cuda_time_total")
+    return pd.DataFrame(
+        {"run_id": run_id, "name": table["name"].astype(str), "self_cuda_time_total": times}
+    )
+
+
+def _number(record: dict[str, Any], name: str) -> float:
+    value = record.get(name)
+    if value is None:
+        if name in _REQUIRED:
+            raise ValueError(f"no field {name}")
+        return float("nan")
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{name} is not a number")
+    return float(value)
+
+
+def parse_performance(data: bytes, run_id: str) -> dict[str, Any]:
+    """One performance row: the numeric fields, the bottleneck flag and ``records``."""
+    record = json.loads(data)
+    if not isinstance(record, dict):
+        raise ValueError("not a JSON object")
+    row: dict[str, Any] = {"run_id": run_id}
+    row.update({name: _number(record, name) for name in _NUMERIC})
+    if pd.isna(row["samples_per_sec"]) and row["total_time"] > 0:
+        row["samples_per_sec"] = row["total_samples"] / row["total_time"]
+    flag = record.get("suspected_input_bottleneck", False)
+    if not isinstance(flag, bool):
+        raise ValueError("suspected_input_bottleneck is not true/false")
+    row["suspected_input_bottleneck"] = flag
+    ordinals = record.get("ordinals")
+    if ordinals is not None and not isinstance(ordinals, list):
+        raise ValueError("ordinals is not a list")
+    row["records"] = len(ordinals) if ordinals else 1
+    return row
+
+
+def read_artifacts(
+    workers: pd.DataFrame, remote: Remote | None = None, show_progress: bool = True
+) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
+    """(profiles, performance, warnings) for the worker runs (columns of the schema)."""
+    rows = list(workers.itertuples(index=False))
+
+    def both(row: Any) -> tuple[bytes | None, bytes | None]:
+        uri = str(row.artifact_uri)
+        return _fetch(uri, PROFILE_ARTIFACT, remote), _fetch(uri, PERFORMANCE_ARTIFACT, remote)
+
+    profiles, performance, warnings = [], [], []
+    with (
+        progress("Reading artifacts", len(rows), show_progress) as advance,
+        ThreadPoolExecutor(THREADS) as pool,
+    ):
+        for row, (csv, perf) in zip(rows, pool.map(both, rows), strict=True):
+            advance(1)
+            if csv is not None:
+                try:
+                    profiles.append(parse_profile(csv, str(row.run_id)))
+                except (ValueError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+                    warnings.append(f"{_who(row)}: malformed {PROFILE_ARTIFACT} ({exc}); ignored")
+            if perf is not None:
+                try:
+                    performance.append(parse_performance(perf, str(row.run_id)))
+                except (ValueError, UnicodeDecodeError) as exc:
+                    warnings.append(
+                        f"{_who(row)}: malformed {PERFORMANCE_ARTIFACT} ({exc}); ignored"
+                    )
+    prof = (
+        pd.concat(profiles, ignore_index=True)
+        if profiles
+        else pd.DataFrame(columns=list(PROFILE_COLUMNS))
+    )
+    perf_frame = pd.DataFrame(performance, columns=list(PERFORMANCE_COLUMNS))
+    return prof, perf_frame, warnings

@@ -1,0 +1,111 @@
+"""Tracking URIs: which kind of store a URI names, where it lives, and how to show it safely.
+
+Light module: standard library only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from itwin_report.errors import StoreError
+
+DEFAULT_TRACKING_URI = "sqlite:///mllogs/mlflow.db"
+TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+ITWINAI_FILE_STORE = "mllogs/mlflow"
+
+SQLITE = "sqlite"
+SQL = "sql"  # postgresql, mysql, mssql through sqlalchemy
+HTTP = "http"
+FILE = "file"
+OTHER = "other"  # databricks and other schemes the MLflow client understands
+
+_SQL_SCHEMES = ("postgresql", "mysql", "mssql")
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """``--tracking-uri`` if given, else ``$MLFLOW_TRACKING_URI``, else the default sqlite store."""
+    if uri:
+        return uri
+    return os.environ.get(TRACKING_URI_ENV) or DEFAULT_TRACKING_URI
+
+
+def mask_uri(uri: str) -> str:
+    """``uri`` with any password replaced by ``***`` (``https://user:***@host/...``)."""
+    parts = urlsplit(uri)
+    if "@" not in parts.netloc:
+        return uri
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    masked = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
+    return urlunsplit(parts._replace(netloc=masked))
+
+
+def store_kind(uri: str) -> str:
+    """One of SQLITE, SQL, HTTP, FILE, OTHER."""
+    if uri == "databricks" or uri.startswith("databricks:"):
+        return OTHER
+    if "://" not in uri or uri.startswith("file:"):
+        return FILE
+    scheme = uri.split(":", 1)[0].lower()
+    if scheme == "sqlite":
+        return SQLITE
+    if scheme.split("+", 1)[0] in _SQL_SCHEMES:
+        return SQL
+    if scheme in ("http", "https"):
+        return HTTP
+    return OTHER
+
+
+def sqlite_path(uri: str) -> Path:
+    """The database file of a ``sqlite:///rel.db`` or ``sqlite:////abs.db`` URI."""
+    rest = uri.split("://", 1)[1]
+    if not rest.startswith("/"):
+        raise StoreError(f"unsupported sqlite URI {uri!r}; use sqlite:///relative.db")
+    path = unquote(rest[1:].split("?", 1)[0])
+    if not path or path == ":memory:":
+        raise StoreError(f"sqlite URI {uri!r} names no database file")
+    return Path(path)
+
+
+def file_store_path(uri: str) -> Path:
+    """The directory of an MLflow file store given as a path or a ``file:`` URI."""
+    if uri.startswith("file:"):
+        return Path(unquote(urlsplit(uri).path))
+    return Path(uri)
+
+
+def local_artifact_dir(artifact_uri: str) -> Path | None:
+    """The local directory of an artifact URI (``file:`` or a plain path), else None."""
+    if not artifact_uri:
+        return None
+    if artifact_uri.startswith("file:"):
+        return Path(unquote(urlsplit(artifact_uri).path))
+    if "://" in artifact_uri or re.match(r"^[A-Za-z][A-Za-z0-9+.-]*:/", artifact_uri):
+        return None
+    return Path(artifact_uri)
+
+
+def require_sqlite_file(uri: str) -> Path:
+    """The existing database file of a sqlite URI; a StoreError (with a hint) when missing."""
+    path = sqlite_path(uri)
+    if path.is_file():
+        return path
+    message = f"no MLflow database at {path} (tracking URI {mask_uri(uri)})"
+    itwinai = path.parent / "mlflow"
+    if itwinai.is_dir():
+        message += (
+            f"; {itwinai} looks like itwinai's MLflow file store: "
+            f"use --tracking-uri {itwinai.as_posix()}"
+        )
+    raise StoreError(message)
+
+
+def require_file_store(uri: str) -> Path:
+    """The existing directory of a file store; a StoreError when missing."""
+    path = file_store_path(uri)
+    if not path.is_dir():
+        raise StoreError(f"no MLflow file store at {path} (tracking URI {mask_uri(uri)})")
+    return path

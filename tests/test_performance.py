@@ -1,0 +1,83 @@
+"""performance.json reading and merging."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from itwin_report.errors import DataError
+from itwin_report.performance import merge_files, merge_records, read_record
+
+
+def rec(samples: float, time: float, est: float = 500.0, **extra) -> dict:
+    base = {
+        "total_samples": samples,
+        "total_time": time,
+        "samples_per_sec": samples / time if time else 0.0,
+        "compile_time": 1.0,
+        "programming_time": 2.0,
+        "est_samples_per_sec": est,
+        "suspected_input_bottleneck": False,
+    }
+    return {**base, **extra}
+
+
+def test_merge_rules() -> None:
+    merged = merge_records(
+        [rec(1000, 10), rec(1200, 12, compile_time=5.0, suspected_input_bottleneck=True),
+         rec(800, 8, programming_time=7.0)]
+    )  # fmt: skip
+    assert merged["total_samples"] == 3000  # 1000 + 1200 + 800
+    assert merged["total_time"] == 10  # the first record's
+    assert merged["samples_per_sec"] == 300  # 3000 / 10
+    assert (merged["compile_time"], merged["programming_time"]) == (5.0, 7.0)
+    assert merged["est_samples_per_sec"] == 500.0
+    assert merged["suspected_input_bottleneck"] is True
+    assert merged["records"] == 3
+    assert [o["samples_per_sec"] for o in merged["ordinals"]] == [100, 100, 100]
+
+
+def test_merged_record_counts_its_ordinals_and_zero_time() -> None:
+    inner = merge_records([rec(10, 1), rec(20, 1)])
+    outer = merge_records([inner, rec(30, 0)])
+    assert outer["records"] == 3 and len(outer["ordinals"]) == 3
+    assert outer["total_samples"] == 60 and outer["samples_per_sec"] == 60
+    zero = merge_records([rec(30, 1) | {"total_time": 0}])
+    assert zero["samples_per_sec"] == 0
+
+
+def test_disagreeing_estimates_name_both() -> None:
+    with pytest.raises(DataError, match=r"w0\.json says 500, w1\.json says 600"):
+        merge_records([rec(1, 1, 500), rec(1, 1, 600)], ["w0.json", "w1.json"])
+    with pytest.raises(DataError):
+        merge_records([])
+    assert math.isnan(merge_records([rec(1, 1, math.nan)])["est_samples_per_sec"])
+
+
+def test_files(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(rec(100, 4)))
+    b.write_text(json.dumps(rec(300, 5)))
+    merged = merge_files([a, b])
+    assert merged["samples_per_sec"] == 100  # 400 / 4
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(DataError, match=r"bad\.json"):
+        read_record(bad)
+    with pytest.raises(DataError, match=r"missing\.json: file not found"):
+        read_record(tmp_path / "missing.json")
+    partial = tmp_path / "partial.json"
+    partial.write_text(json.dumps({"total_samples": 1}))
+    with pytest.raises(DataError, match=r"partial\.json: missing field.*total_time"):
+        read_record(partial)
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(json.dumps(rec(1, 1) | {"total_time": "soon"}))
+    with pytest.raises(DataError, match="total_time is not a number"):
+        read_record(wrong)
+    listy = tmp_path / "list.json"
+    listy.write_text("[]")
+    with pytest.raises(DataError, match="expected a JSON object"):
+        read_record(listy)

@@ -1,0 +1,97 @@
+"""Epoch-time table: warm-up, pooled mean, per-run std, speedup, efficiency, warnings."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from test_report_builders import make_data, metric, run
+
+from itwin_report.errors import ReportError
+from itwin_report.report import below_efficiency, build_report
+
+E = "epoch_time_s"
+
+
+def two_configs():
+    # ddp-4: job A epochs [10, 4, 6] and job B epochs [12, 8]; ddp-8: job C [9, 3, 3]
+    # rank 1 of job A also logs (ignored: only the lowest rank counts)
+    return make_data(
+        [
+            run("a0", "A", "ddp", 4),
+            run("a1", "A", "ddp", 4, rank=1),
+            run("b0", "B", "ddp", 4),
+            run("c0", "C", "ddp", 8),
+        ],
+        metric("a0", E, [10, 4, 6])
+        + metric("a1", E, [99, 99, 99])
+        + metric("b0", E, [12, 8])
+        + metric("c0", E, [9, 3, 3]),
+    )
+
+
+def test_pooled_mean_per_run_std_and_scaling() -> None:
+    table = build_report(two_configs(), warmup_epochs=1).epoch_time
+    row4, row8 = table.iloc[0], table.iloc[1]
+    # ddp-4 after warm-up: A [4, 6], B [8] -> pooled mean (4+6+8)/3 = 6, 3 points, 2 runs
+    assert (row4["runs"], row4["epochs"], row4["avg_epoch_time_s"]) == (2, 3, 6.0)
+    # run means 5 and 8 -> sample std = |8-5|/sqrt(2) = 2.1213...
+    assert row4["std_epoch_time_s"] == pytest.approx(3 / math.sqrt(2))
+    # ddp-8: [3, 3] -> 3; one run -> std NaN; speedup 6/3 = 2; efficiency 2*4/8 = 1
+    assert row8["avg_epoch_time_s"] == 3.0 and math.isnan(row8["std_epoch_time_s"])
+    assert row4["speedup"] == 1.0 and row8["speedup"] == 2.0
+    assert row8["efficiency"] == 1.0
+    assert table["workers"].dtype == "int64"
+
+
+def test_warmup_zero_equals_plain_mean() -> None:
+    table = build_report(two_configs(), warmup_epochs=0).epoch_time
+    # ddp-4: (10+4+6+12+8)/5 = 8; ddp-8: (9+3+3)/3 = 5 -> speedup 1.6, efficiency 0.8
+    assert list(table["avg_epoch_time_s"]) == [8.0, 5.0]
+    assert list(table["epochs"]) == [5, 3]
+    assert table["speedup"].iloc[1] == pytest.approx(1.6)
+    assert table["efficiency"].iloc[1] == pytest.approx(0.8)
+
+
+def test_run_with_only_warmup_epochs_warns_and_is_left_out() -> None:
+    report = build_report(two_configs(), warmup_epochs=2)
+    # warm-up 2: A [6], B [] (all warm-up), C [3]
+    row4 = report.epoch_time.iloc[0]
+    assert (row4["runs"], row4["epochs"], row4["avg_epoch_time_s"]) == (1, 1, 6.0)
+    assert any("run B" in w and "warm-up" in w for w in report.warnings)
+
+
+def test_missing_epoch_data_warns_and_base_is_smallest_with_data() -> None:
+    data = make_data(
+        [run("x", "X", "hvd", 4), run("y", "Y", "hvd", 8), run("z", "Z", "hvd", 16)],
+        metric("y", E, [0, 10, 10]) + metric("z", E, [0, 4, 6]),
+    )
+    report = build_report(data)
+    assert "no epoch times for hvd with 4 workers" in report.warnings
+    # base is 8 workers (10 s); 16 workers: 5 s -> speedup 2, efficiency 2*8/16 = 1
+    assert list(report.epoch_time["workers"]) == [8, 16]
+    assert list(report.epoch_time["speedup"]) == [1.0, 2.0]
+    assert list(report.epoch_time["efficiency"]) == [1.0, 1.0]
+
+
+def test_below_efficiency_and_bad_warmup() -> None:
+    report = build_report(two_configs(), warmup_epochs=0)
+    # efficiencies 1.0 and 0.8
+    assert list(below_efficiency(report, 0.9)["workers"]) == [8]
+    assert below_efficiency(report, 0.8).empty
+    with pytest.raises(ReportError):
+        build_report(two_configs(), warmup_epochs=-1)
+
+
+def test_loader_warnings_come_first_and_empty_tables_have_columns() -> None:
+    data = make_data([run("r", "J", "ddp", 4)], warnings=["loader said so"])
+    report = build_report(data)
+    assert report.warnings[0] == "loader said so"
+    assert report.epoch_time.empty
+    assert list(report.epoch_time.columns) == [
+        "strategy", "workers", "runs", "epochs", "avg_epoch_time_s",
+        "std_epoch_time_s", "speedup", "efficiency",
+    ]  # fmt: skip
+    assert report.throughput.empty and "evidence" in report.throughput.columns
+    for kind in ("epoch times", "GPU data", "profiler data", "throughput source"):
+        assert f"no {kind} for ddp with 4 workers" in report.warnings

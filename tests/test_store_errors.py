@@ -1,0 +1,127 @@
+"""Tracking URIs, credential masking, and the errors a user meets with missing stores."""
+
+from __future__ import annotations
+
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from itwin_report.errors import StoreError
+from itwin_report.store import DEFAULT_TRACKING_URI, load_experiment, mask_uri, resolve_tracking_uri
+from itwin_report.store.api_reader import ApiReader
+from itwin_report.store.sql_reader import open_sql_reader
+from itwin_report.store.uri import FILE, HTTP, OTHER, SQL, SQLITE, sqlite_path, store_kind
+
+
+@pytest.mark.parametrize(
+    ("uri", "masked"),
+    [
+        (
+            "https://alice:s3cret@mlflow.example.org/path",
+            "https://alice:***@mlflow.example.org/path",
+        ),
+        ("postgresql://bob:pw@db:5432/mlflow", "postgresql://bob:***@db:5432/mlflow"),
+        ("mysql+pymysql://u:p%40ss@h/m", "mysql+pymysql://u:***@h/m"),
+        ("https://token@host", "https://***@host"),
+        ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
+        ("sqlite:///mllogs/mlflow.db", "sqlite:///mllogs/mlflow.db"),
+        ("mllogs/mlflow", "mllogs/mlflow"),
+    ],
+)
+def test_mask_uri(uri: str, masked: str) -> None:
+    assert mask_uri(uri) == masked
+
+
+def test_resolve_tracking_uri(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert resolve_tracking_uri(None) == DEFAULT_TRACKING_URI == "sqlite:///mllogs/mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://env:5000")
+    assert resolve_tracking_uri(None) == "http://env:5000"
+    assert resolve_tracking_uri("sqlite:///x.db") == "sqlite:///x.db"
+
+
+def test_store_kinds_and_paths() -> None:
+    assert store_kind("sqlite:///a.db") == SQLITE
+    assert store_kind("postgresql+psycopg2://h/db") == SQL
+    assert store_kind("https://h") == HTTP
+    assert store_kind("mllogs/mlflow") == FILE == store_kind("file:///tmp/mlruns")
+    assert store_kind("databricks") == OTHER == store_kind("databricks://profile")
+    assert sqlite_path("sqlite:///rel/x.db") == Path("rel/x.db")
+    assert sqlite_path("sqlite:////abs/x.db") == Path("/abs/x.db")
+
+
+def test_missing_sqlite_is_an_error_and_not_created(tmp_path: Path) -> None:
+    db = tmp_path / "none.db"
+    with pytest.raises(StoreError, match=r"^no MLflow database at .*none\.db"):
+        load_experiment(f"sqlite:///{db}", None, show_progress=False)
+    assert not db.exists()
+
+
+def test_default_store_hints_at_itwinai_file_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mllogs" / "mlflow").mkdir(parents=True)
+    with pytest.raises(StoreError) as err:
+        load_experiment(DEFAULT_TRACKING_URI, None, show_progress=False)
+    assert str(err.value) == (
+        "no MLflow database at mllogs/mlflow.db (tracking URI sqlite:///mllogs/mlflow.db); "
+        "mllogs/mlflow looks like itwinai's MLflow file store: use --tracking-uri mllogs/mlflow"
+    )
+    assert sorted(p.name for p in (tmp_path / "mllogs").iterdir()) == ["mlflow"]
+
+
+def test_missing_file_store(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="no MLflow file store at"):
+        load_experiment(str(tmp_path / "mlruns"), None, show_progress=False)
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_not_an_mlflow_database(tmp_path: Path) -> None:
+    db = tmp_path / "other.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    with pytest.raises(StoreError, match="is not an MLflow tracking database"):
+        load_experiment(f"sqlite:///{db}", None, show_progress=False)
+    text = tmp_path / "text.db"
+    text.write_text("hello, not sqlite at all " * 100)
+    with pytest.raises(StoreError):
+        load_experiment(f"sqlite:///{text}", None, show_progress=False)
+
+
+def test_unexpected_schema_falls_back(tmp_path: Path) -> None:
+    db = tmp_path / "odd.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
+        conn.execute("CREATE TABLE experiments (experiment_id, name, lifecycle_stage)")
+        conn.execute("CREATE TABLE runs (run_uuid, name, status, lifecycle_stage)")  # lacks 2
+    assert open_sql_reader(f"sqlite:///{db}") is None
+
+
+def test_unreachable_server_fails_fast() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed when the block ends: nobody listens there
+    start = time.monotonic()
+    with pytest.raises(StoreError) as err:
+        ApiReader(f"http://user:pw@127.0.0.1:{port}")
+    assert time.monotonic() - start < 10
+    assert str(err.value).startswith(
+        f"cannot reach MLflow server at http://user:***@127.0.0.1:{port}: "
+    )
+    assert "Connection refused" in str(err.value) and "pw" not in str(err.value)
+
+
+def test_store_package_import_is_light() -> None:
+    code = (
+        "import sys, itwin_report.store; "
+        "heavy = [m for m in ('mlflow', 'pandas', 'numpy', 'sqlalchemy') if m in sys.modules]; "
+        "print(heavy)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
