@@ -34,8 +34,8 @@ test: $(STAMP)
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check itwin_report tests bench
-	$(VENV)/bin/ruff format --check itwin_report tests bench
+	$(VENV)/bin/ruff check itwin_report tests bench tools
+	$(VENV)/bin/ruff format --check itwin_report tests bench tools
 	$(VENV)/bin/mypy
 
 bench: $(STAMP)

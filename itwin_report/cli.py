@@ -164,7 +164,7 @@ def _styled(fmt: str, output: Path | None) -> bool:
 @click.option(
     "--rate-config",
     metavar="STRATEGY:WORKERS",
-    help="Configuration for the Rate/GlobalRate plot (default: first strategy, most workers).",
+    help="Configuration for the Rate/GlobalRate plot (default: first strategy, fewest workers).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress or plot messages on stderr.")
 def generate_scalability_report(

@@ -236,6 +236,15 @@ def gpu_utilization_figure(report: Report) -> Figure | None:
     return fig
 
 
+def _group_positions(strategies: list[str]) -> list[float]:
+    """Bar positions with a one-bar gap between consecutive strategies."""
+    xs: list[float] = []
+    for i, strategy in enumerate(strategies):
+        gap = 1.0 if i and strategy != strategies[i - 1] else 0.0
+        xs.append(xs[-1] + 1.0 + gap if xs else 0.0)
+    return xs
+
+
 def computation_figure(report: Report) -> Figure | None:
     """Stacked bars per configuration: computation, communication, other (hatched)."""
     table = report.computation[report.computation["computation_fraction"].notna()]
@@ -247,8 +256,9 @@ def computation_figure(report: Report) -> Figure | None:
     comp = [float(v) for v in table["computation_fraction"]]
     comm = [float(v) if v == v else 0.0 for v in table["communication_fraction"]]
     other = [max(0.0, 1.0 - a - b) for a, b in zip(comp, comm, strict=True)]
-    xs = list(range(len(table)))
-    bar_colors = [colors[str(s)] for s in table["strategy"]]
+    strategies = [str(s) for s in table["strategy"]]
+    xs = _group_positions(strategies)
+    bar_colors = [colors[s] for s in strategies]
     ax.bar(xs, comp, color=bar_colors, edgecolor="black", label="computation")
     ax.bar(
         xs,
@@ -262,9 +272,19 @@ def computation_figure(report: Report) -> Figure | None:
     )
     bottoms = [a + b for a, b in zip(comp, comm, strict=True)]
     ax.bar(xs, other, bottom=bottoms, color="white", edgecolor="black", hatch="//", label="other")
-    labels = [f"{s}\n{int(w)}" for s, w in zip(table["strategy"], table["workers"], strict=True)]
-    ax.set_xticks(xs, labels)
-    ax.set_xlabel("Strategy and workers (GPUs)")
+    ax.set_xticks(xs, [str(int(w)) for w in table["workers"]])
+    for strategy in dict.fromkeys(strategies):
+        group = [x for x, s in zip(xs, strategies, strict=True) if s == strategy]
+        ax.text(
+            sum(group) / len(group),
+            -0.09,
+            strategy,
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="top",
+            fontweight="bold",
+        )
+    ax.set_xlabel("Workers (GPUs), grouped by strategy", labelpad=22)
     ax.set_ylabel("Fraction of GPU time")
     ax.set_ylim(0, 1)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -101,9 +101,9 @@ COLUMNS: dict[str, list[Column]] = {
         ("achieved_fraction", "Achieved", _pct_of_fraction, True),
         ("input_bound", "Input-bound", _flag, False),
         ("source", "Source", _text, False),
-        ("evidence", "Evidence", _text, False),
     ],
 }
+VERDICT_WORDS = {True: "input-bound", False: "not input-bound", None: "undecided"}
 
 
 def render(report: Report, fmt: str, styled: bool = False) -> str:
@@ -141,12 +141,25 @@ def cells(report: Report, name: str) -> tuple[list[str], list[list[str]], list[b
     return [h for _, h, _, _ in spec], rows, [r for _, _, _, r in spec]
 
 
+def evidence_lines(report: Report) -> list[str]:
+    """One line per throughput row: the input-bottleneck verdict and its evidence."""
+    lines = []
+    for rec in report.throughput.to_dict("records"):
+        bound = rec["input_bound"]
+        word = VERDICT_WORDS[None if bound is None or bound != bound else bool(bound)]
+        lines.append(f"{rec['strategy']}-{int(rec['workers'])}: {word} ({rec['evidence']})")
+    return lines
+
+
 def _render_plain(report: Report) -> str:
     out = [title_line(report), ""]
     for name in TABLE_NAMES:
         out += [HEADINGS[name], "=" * len(HEADINGS[name])]
         headers, rows, right = cells(report, name)
         out += _aligned(headers, rows, right) if rows else [EMPTY[name]]
+        if name == "throughput" and rows:
+            out += ["", "Input-bottleneck evidence:"]
+            out += [f"- {line}" for line in evidence_lines(report)]
         out.append("")
     if report.warnings:
         out.append("Warnings:")
@@ -189,6 +202,10 @@ def _render_rich(report: Report) -> str:
             table.add_row(*row)
         console.print()
         console.print(table)
+        if name == "throughput":
+            console.print("Input-bottleneck evidence:", style="bold")
+            for line in evidence_lines(report):
+                console.print(f"- {line}", markup=False, highlight=False)
     if report.warnings:
         console.print("\n[bold yellow]Warnings:[/bold yellow]")
         for w in report.warnings:
@@ -213,6 +230,9 @@ def _render_markdown(report: Report) -> str:
         out.append("| " + " | ".join(headers) + " |")
         out.append("|" + "|".join("---:" if r else "---" for r in right) + "|")
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in row) + " |" for row in rows]
+        if name == "throughput":
+            out += ["", "Input-bottleneck evidence:", ""]
+            out += [f"- {line}" for line in evidence_lines(report)]
     if report.warnings:
         out += ["", "## Warnings", ""]
         out += [f"- {w}" for w in report.warnings]

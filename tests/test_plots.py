@@ -105,7 +105,7 @@ def test_throughput_ideal_and_rates(figs) -> None:
     assert lines["ddp"][1] == pytest.approx([40, 80, 160])
     assert lines["ddp ideal"] == ([4, 16], [40.0, 160.0])
     rates = line_data(figures["rates"].axes[0])
-    assert rep.rate_config == ("ddp", 16)
+    assert rep.rate_config == ("ddp", 4)
     assert rates["left out of steady rate"][1] == pytest.approx([5.0, 8.0])
     assert len(rates["Rate (smoothed)"][0]) == 12 and rates["GlobalRate"][1] == [8.0] * 12
 

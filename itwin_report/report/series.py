@@ -22,14 +22,14 @@ def empty_series() -> pd.DataFrame:
 
 
 def default_config(data: RunData) -> tuple[str, int] | None:
-    """The first strategy's largest worker count that has rate metrics."""
+    """The first strategy's smallest worker count with rate metrics (the most logging points)."""
     with_rate = data.runs[
         data.runs["run_id"].isin(data.metrics.loc[data.metrics["key"] == RATE, "run_id"])
     ]
     if with_rate.empty:
         return None
     strategy = sorted(with_rate["strategy"].astype(str))[0]
-    workers = int(with_rate.loc[with_rate["strategy"] == strategy, "workers"].max())
+    workers = int(with_rate.loc[with_rate["strategy"] == strategy, "workers"].min())
     return strategy, workers
 
 

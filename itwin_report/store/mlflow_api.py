@@ -12,6 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+# No usage telemetry from a reporting tool; set before mlflow is imported. A user's explicit
+# setting wins.
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+
 import mlflow
 from mlflow.entities import Metric, Param, RunStatus, RunTag
 from mlflow.exceptions import MlflowException
@@ -98,10 +102,16 @@ class RunWriter:
         """Log ``(key, value, timestamp_ms, step)`` points and params, in MLflow-sized batches."""
         points = [Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in metrics]
         plist = [Param(k, str(v)) for k, v in (params or {}).items()]
-        for i in range(0, len(plist), MAX_PARAMS_PER_BATCH):
-            self._client.log_batch(run_id, params=plist[i : i + MAX_PARAMS_PER_BATCH])
-        for i in range(0, len(points), MAX_METRICS_PER_BATCH):
-            self._client.log_batch(run_id, metrics=points[i : i + MAX_METRICS_PER_BATCH])
+        # params and points go together, up to MLflow's per-call limits: one call for most runs
+        calls = max(
+            -(-len(plist) // MAX_PARAMS_PER_BATCH), -(-len(points) // MAX_METRICS_PER_BATCH), 1
+        )
+        for i in range(calls):
+            self._client.log_batch(
+                run_id,
+                metrics=points[i * MAX_METRICS_PER_BATCH : (i + 1) * MAX_METRICS_PER_BATCH],
+                params=plist[i * MAX_PARAMS_PER_BATCH : (i + 1) * MAX_PARAMS_PER_BATCH],
+            )
 
     def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
         """Store ``text`` as the artifact ``artifact_file`` of the run."""

@@ -1,0 +1,268 @@
+"""The command line through its real entry points: CliRunner, the console script, python -m."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from itwin_report.cli import main
+from itwin_report.emulator import EmulationOptions, run_emulation
+
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text(encoding="utf-8")
+REPORT = "generate-scalability-report"
+ANSI = re.compile(r"\x1b\[")
+
+
+@pytest.fixture(scope="session")
+def store(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A small emulated experiment: 2 strategies x 2 and 4 workers, 2 repeats."""
+    db = tmp_path_factory.mktemp("cli") / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    options = EmulationOptions(
+        strategies=("deepspeed", "torch-ddp"),
+        workers=(2, 4),
+        epochs=3,
+        repeats=2,
+        experiment_name="cli",
+    )
+    run_emulation(options, uri)
+    return uri
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args), env=env)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def report(store: str, *args: str) -> tuple[int, str, str]:
+    return invoke(REPORT, "--tracking-uri", store, "-e", "cli", "-q", *args)
+
+
+def test_every_command_has_help_and_is_documented() -> None:
+    code, out, _ = invoke("--help")
+    assert code == 0 and "Exit codes" in out
+    for name, command in main.commands.items():
+        assert command.help and len(command.help) > 40, name
+        assert f"itwin-report {name}" in README, name
+        code, out, _ = invoke(name, "--help")
+        assert code == 0 and "Example" in out, name
+        for param in command.params:
+            for opt in param.opts:
+                if opt.startswith("--") and opt != "--help":
+                    assert f"`{opt}" in README, f"{name} {opt} is not in the README"
+
+
+def test_table_is_plain_text_when_piped(store: str, tmp_path: Path) -> None:
+    code, out, err = report(store, "--plot-dir", str(tmp_path / "p"))
+    assert code == 0, err
+    assert not ANSI.search(out)
+    for heading in ("Epoch time", "GPU energy and utilization", "Computation vs other"):
+        assert heading in out
+    assert "Throughput" in out and "First 1 epoch(s)" in out
+    rows = [
+        line.split() for line in out.splitlines() if line.startswith(("deepspeed ", "torch-ddp "))
+    ]
+    # 4 configurations in each of the 4 tables
+    assert len(rows) == 16
+    assert err == ""  # -q: nothing on stderr
+
+
+def test_json_report_schema(store: str) -> None:
+    code, out, _ = report(store, "--format", "json", "--no-plots")
+    assert code == 0
+    doc = json.loads(out)
+    assert set(doc) == {
+        "experiment",
+        "tracking_uri",
+        "warmup_epochs",
+        "epoch_time",
+        "gpu",
+        "computation",
+        "throughput",
+        "warnings",
+    }
+    assert doc["experiment"] == "cli" and doc["warmup_epochs"] == 1
+    epoch = doc["epoch_time"]
+    assert [(r["strategy"], r["workers"]) for r in epoch] == [
+        ("deepspeed", 2),
+        ("deepspeed", 4),
+        ("torch-ddp", 2),
+        ("torch-ddp", 4),
+    ]
+    for row in epoch:
+        assert isinstance(row["workers"], int) and row["runs"] == 2 and row["epochs"] == 4
+        assert row["efficiency"] == pytest.approx(row["speedup"] * 2 / row["workers"])
+    assert {"energy_wh", "energy_wh_per_epoch", "utilization_pct", "avg_power_w"} <= set(
+        doc["gpu"][0]
+    )
+    assert all(0 < r["computation_fraction"] <= 1 for r in doc["computation"])
+    assert {"samples_per_sec", "input_bound", "source", "achieved_fraction"} <= set(
+        doc["throughput"][0]
+    )
+
+
+def test_warmup_zero_and_run_name_filter(store: str) -> None:
+    code, out, _ = report(store, "--format", "json", "--no-plots", "--warmup-epochs", "0")
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["warmup_epochs"] == 0 and all(r["epochs"] == 6 for r in doc["epoch_time"])
+    code, out, _ = report(
+        store, "--format", "json", "--no-plots", "-r", "deepspeed-2", "--run-names", "torch-ddp-4"
+    )
+    assert code == 0
+    rows = [(r["strategy"], r["workers"]) for r in json.loads(out)["epoch_time"]]
+    assert rows == [("deepspeed", 2), ("torch-ddp", 4)]
+
+
+def test_markdown_and_csv_and_output_file(store: str, tmp_path: Path) -> None:
+    code, out, _ = report(store, "--format", "markdown", "--no-plots")
+    assert code == 0 and "## Epoch time" in out and "| --- |" in out.replace("|---|", "| --- |")
+    target = tmp_path / "report.csv"
+    code, out, _ = report(store, "--format", "csv", "--no-plots", "-o", str(target))
+    assert code == 0 and out == ""
+    lines = target.read_text().splitlines()
+    assert lines[0].startswith("table,strategy,workers")
+    assert sum(line.startswith("epoch_time,") for line in lines) == 4
+
+
+def test_plots_are_written_in_the_chosen_format(store: str, tmp_path: Path) -> None:
+    plot_dir = tmp_path / "plots"
+    code, _, err = invoke(
+        REPORT,
+        "--tracking-uri",
+        store,
+        "-e",
+        "cli",
+        "--plot-dir",
+        str(plot_dir),
+        "--plot-format",
+        "svg",
+    )
+    assert code == 0
+    names = sorted(p.name for p in plot_dir.iterdir())
+    assert "speedup.svg" in names and "gpu_energy.svg" in names and "rates.svg" in names
+    assert all(p.read_bytes().lstrip()[:5] in (b"<?xml", b"<svg ") for p in plot_dir.iterdir())
+    assert f"Wrote {len(names)} plots" in err
+
+
+def test_efficiency_gate(store: str) -> None:
+    code, out, err = report(store, "--no-plots", "--fail-under-efficiency", "1.01")
+    assert code == 3
+    assert "Epoch time" in out  # the report is still printed
+    assert err.startswith("Error: parallel efficiency below 1.01:") and "deepspeed-4" in err
+    code, _, _ = report(store, "--no-plots", "--fail-under-efficiency", "0.01")
+    assert code == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("-e", "nope"), "no experiment named 'nope'; experiments: Default, cli"),
+        (("-e", "cli", "-r", "ddp-99"), "ddp-99"),
+    ],
+)
+def test_user_errors_are_one_line(store: str, args: tuple[str, ...], message: str) -> None:
+    code, out, err = invoke(REPORT, "--tracking-uri", store, "--no-plots", "-q", *args)
+    assert code == 1 and out == ""
+    assert err.startswith("Error: ") and message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_store_and_itwinai_hint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    code, _, err = invoke(REPORT, "-e", "x", "--no-plots")
+    assert code == 1 and err.startswith("Error: ") and "mllogs/mlflow.db" in err
+    assert not (tmp_path / "mllogs").exists()  # nothing created
+    (tmp_path / "mllogs" / "mlflow").mkdir(parents=True)
+    code, _, err = invoke(REPORT, "-e", "x", "--no-plots")
+    assert code == 1 and "--tracking-uri mllogs/mlflow" in err
+
+
+def test_bad_usage_exits_2(store: str) -> None:
+    assert report(store, "--warmup-epochs", "-1")[0] == 2
+    assert report(store, "--format", "xml")[0] == 2
+    code, _, err = report(store, "--rate-config", "horovod")
+    assert code == 2 and "STRATEGY:WORKERS" in err
+
+
+def test_report_never_writes_to_the_store(store: str) -> None:
+    db = Path(store.removeprefix("sqlite:///"))
+    before = (db.read_bytes(), db.stat().st_mtime_ns)
+    assert report(store, "--no-plots")[0] == 0
+    assert (db.read_bytes(), db.stat().st_mtime_ns) == before
+
+
+def _perf(path: Path, samples: float, time: float, est: float, **extra: float) -> Path:
+    record = {
+        "total_samples": samples,
+        "total_time": time,
+        "samples_per_sec": samples / time,
+        "compile_time": 1.0,
+        "programming_time": 2.0,
+        "est_samples_per_sec": est,
+        **extra,
+    }
+    path.write_text(json.dumps(record))
+    return path
+
+
+def test_merge_performance(tmp_path: Path) -> None:
+    a = _perf(tmp_path / "a.json", 1000, 10, 500, compile_time=3.0)
+    b = _perf(tmp_path / "b.json", 1200, 12, 500, programming_time=5.0)
+    out = tmp_path / "merged.json"
+    code, stdout, _ = invoke("merge-performance", str(a), str(b), "-o", str(out))
+    assert code == 0 and stdout == ""
+    merged = json.loads(out.read_text())
+    # samples add up; total_time is the first file's; max of compile/programming times
+    assert merged["total_samples"] == 2200 and merged["total_time"] == 10
+    assert merged["samples_per_sec"] == 220 and merged["est_samples_per_sec"] == 500
+    assert merged["compile_time"] == 3.0 and merged["programming_time"] == 5.0
+    code, stdout, _ = invoke("merge-performance", str(a), str(b))
+    assert code == 0 and json.loads(stdout) == merged
+
+
+def test_merge_performance_errors_write_nothing(tmp_path: Path) -> None:
+    a = _perf(tmp_path / "a.json", 1000, 10, 500)
+    c = _perf(tmp_path / "c.json", 1000, 10, 600)
+    out = tmp_path / "merged.json"
+    code, _, err = invoke("merge-performance", str(a), str(c), "-o", str(out))
+    assert code == 1 and "a.json" in err and "c.json" in err and not out.exists()
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    code, _, err = invoke("merge-performance", str(a), str(bad), "-o", str(out))
+    assert code == 1 and "bad.json" in err and not out.exists()
+    code, _, err = invoke("merge-performance", str(tmp_path / "missing.json"))
+    assert code == 1 and "missing.json" in err
+
+
+def test_console_script_and_module_entry_points() -> None:
+    script = shutil.which("itwin-report", path=str(Path(sys.executable).parent))
+    assert script, "the console script is not installed"
+    proc = subprocess.run([script, "--version"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0 and "itwin-report" in proc.stdout
+    proc = subprocess.run(
+        [sys.executable, "-m", "itwin_report", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0 and REPORT in proc.stdout
+
+
+def test_help_does_not_import_heavy_modules() -> None:
+    code = (
+        "import sys; from itwin_report.cli import main\n"
+        "heavy = [m for m in ('mlflow', 'pandas', 'matplotlib', 'numpy') if m in sys.modules]\n"
+        "print(','.join(heavy))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""
