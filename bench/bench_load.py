@@ -5,7 +5,7 @@ runs with GPU samples on every rank and epoch times on rank 0, then measures in 
 
 * report: ``itwin-report generate-scalability-report --format json --no-plots -q`` (subprocess)
 * floor:  a subprocess that reads the same tables with one SQL query each (sqlite3 + pandas)
-          and the same profiler CSVs with pandas
+          and the same profiler CSVs with the csv module into one frame
 * naive:  one ``MlflowClient.get_metric_history`` call per run and metric key (itwinai's way)
 * help:   ``itwin-report --help`` wall time (median of 5)
 
@@ -36,7 +36,7 @@ T0 = 1_767_600_000_000  # 2026-01-05, ms
 BIN = Path(sys.executable).parent
 
 FLOOR_SCRIPT = r"""
-import sqlite3, sys, pandas as pd
+import csv, sqlite3, sys, pandas as pd
 from pathlib import Path
 from urllib.parse import urlparse
 con = sqlite3.connect(f"file:{sys.argv[1]}?mode=ro", uri=True)
@@ -50,11 +50,13 @@ tags = pd.read_sql(q.format("tags", sub), con, params=[eid])
 params = pd.read_sql(q.format("params", sub), con, params=[eid])
 metrics = pd.read_sql(f"SELECT run_uuid, key, step, value, timestamp FROM metrics "
                       f"WHERE run_uuid IN ({sub})", con, params=[eid])
-csvs = []
+rows = []
 for uri in runs.artifact_uri:
     path = Path(urlparse(uri).path) / "torch_profiling_averages" / "torch_profiling_averages.csv"
     if path.exists():
-        csvs.append(pd.read_csv(path))
+        with open(path, newline="") as f:
+            rows.extend(csv.reader(f))
+csvs = pd.DataFrame(rows)
 print(len(runs), len(metrics), len(csvs))
 """
 

@@ -34,25 +34,30 @@ def sample_interval(power: pd.DataFrame) -> float:
 def job_energy(power: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Energy (Wh) per job: sum over its ranks of sum(power) * interval / 3600."""
     warnings: list[str] = []
-    rows = []
-    for run_id, samples in power.groupby("run_id", sort=True):
-        interval = sample_interval(samples)
-        if pd.isna(samples["probing_interval"].iloc[0]):
-            how = f"{interval:g} s from the sample steps" if interval == interval else "unknown"
-            warnings.append(f"worker run {run_id}: no probing_interval param; using {how}")
-        rows.append(
-            {
-                "job_id": samples["job_id"].iloc[0],
-                "rank": int(samples["rank"].iloc[0]),
-                "energy_wh": float(samples["value"].sum()) * interval / 3600.0,
-            }
-        )
-    per_run = pd.DataFrame(rows, columns=["job_id", "rank", "energy_wh"])
+    per_run = power.groupby("run_id", sort=True).agg(
+        job_id=("job_id", "first"),
+        rank=("rank", "first"),
+        interval=("probing_interval", "first"),
+        watts=("value", "sum"),
+    )
+    for run_id in per_run.index[per_run["interval"].isna()]:
+        interval = sample_interval(power[power["run_id"] == run_id])
+        how = f"{interval:g} s from the sample steps" if interval == interval else "unknown"
+        warnings.append(f"worker run {run_id}: no probing_interval param; using {how}")
+        per_run.loc[run_id, "interval"] = interval
+    per_run["energy_wh"] = per_run["watts"] * per_run["interval"] / 3600.0
     per_job = per_run.groupby("job_id").agg(
         energy_wh=("energy_wh", lambda s: s.sum() if s.notna().all() else np.nan),
         ranks=("rank", "nunique"),
     )
     return per_job, warnings
+
+
+def _config_stats(frame: pd.DataFrame, name: str) -> pd.DataFrame:
+    """Per configuration: mean sample value and the jobs that have samples."""
+    return frame.groupby(["strategy", "workers"]).agg(
+        **{name: ("value", "mean"), f"{name}_jobs": ("job_id", "unique")}
+    )
 
 
 def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
@@ -63,15 +68,19 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
     epochs_per_job = epoch_points(data).groupby("job_id").size()
     per_job["epochs"] = epochs_per_job.reindex(per_job.index).astype("float64")
     per_job["wh_per_epoch"] = per_job["energy_wh"] / per_job["epochs"]
+    power_stats = _config_stats(power, "power")
+    util_stats = _config_stats(util, "util")
     rows = []
     for strategy, workers in configurations(data.runs):
-        p = power[(power["strategy"] == strategy) & (power["workers"] == workers)]
-        u = util[(util["strategy"] == strategy) & (util["workers"] == workers)]
-        if p.empty and u.empty:
+        key = (strategy, workers)
+        p = power_stats.loc[key] if key in power_stats.index else None
+        u = util_stats.loc[key] if key in util_stats.index else None
+        if p is None and u is None:
             warnings.append(f"no GPU data for {label(strategy, workers)}")
             continue
-        job_ids = sorted(set(p["job_id"]) | set(u["job_id"]))
-        energy = per_job.reindex(sorted(set(p["job_id"])))
+        power_jobs = sorted(p["power_jobs"]) if p is not None else []
+        util_jobs = list(u["util_jobs"]) if u is not None else []
+        energy = per_job.reindex(power_jobs)
         for job, row in energy.iterrows():
             if int(row["ranks"]) < workers:
                 warnings.append(
@@ -82,11 +91,11 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
             {
                 "strategy": strategy,
                 "workers": workers,
-                "runs": len(job_ids),
+                "runs": len(set(power_jobs) | set(util_jobs)),
                 "energy_wh": _mean(energy["energy_wh"]),
                 "energy_wh_per_epoch": _mean(energy["wh_per_epoch"]),
-                "utilization_pct": _mean(u["value"]),
-                "avg_power_w": _mean(p["value"]),
+                "utilization_pct": float(u["util"]) if u is not None else float("nan"),
+                "avg_power_w": float(p["power"]) if p is not None else float("nan"),
             }
         )
     return finish(rows, COLUMNS), warnings
