@@ -53,11 +53,15 @@ def job_energy(power: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return per_job, warnings
 
 
-def _config_stats(frame: pd.DataFrame, name: str) -> pd.DataFrame:
-    """Per configuration: mean sample value and the jobs that have samples."""
-    return frame.groupby(["strategy", "workers"]).agg(
-        **{name: ("value", "mean"), f"{name}_jobs": ("job_id", "unique")}
+def _config_stats(frame: pd.DataFrame) -> dict[tuple[str, int], tuple[float, set[str]]]:
+    """Per configuration: (mean sample value, the jobs that have samples)."""
+    stats = frame.groupby(["strategy", "workers"]).agg(
+        mean=("value", "mean"), jobs=("job_id", "unique")
     )
+    return {
+        (str(s), int(w)): (float(m), {str(j) for j in jobs})
+        for (s, w), m, jobs in zip(stats.index, stats["mean"], stats["jobs"], strict=True)
+    }
 
 
 def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
@@ -68,19 +72,18 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
     epochs_per_job = epoch_points(data).groupby("job_id").size()
     per_job["epochs"] = epochs_per_job.reindex(per_job.index).astype("float64")
     per_job["wh_per_epoch"] = per_job["energy_wh"] / per_job["epochs"]
-    power_stats = _config_stats(power, "power")
-    util_stats = _config_stats(util, "util")
+    power_stats = _config_stats(power)
+    util_stats = _config_stats(util)
+    nan = float("nan")
     rows = []
     for strategy, workers in configurations(data.runs):
         key = (strategy, workers)
-        p = power_stats.loc[key] if key in power_stats.index else None
-        u = util_stats.loc[key] if key in util_stats.index else None
-        if p is None and u is None:
+        if key not in power_stats and key not in util_stats:
             warnings.append(f"no GPU data for {label(strategy, workers)}")
             continue
-        power_jobs = sorted(p["power_jobs"]) if p is not None else []
-        util_jobs = list(u["util_jobs"]) if u is not None else []
-        energy = per_job.reindex(power_jobs)
+        avg_power, power_jobs = power_stats.get(key, (nan, set()))
+        utilization, util_jobs = util_stats.get(key, (nan, set()))
+        energy = per_job.reindex(sorted(power_jobs))
         for job, row in energy.iterrows():
             if int(row["ranks"]) < workers:
                 warnings.append(
@@ -91,11 +94,11 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
             {
                 "strategy": strategy,
                 "workers": workers,
-                "runs": len(set(power_jobs) | set(util_jobs)),
+                "runs": len(power_jobs | util_jobs),
                 "energy_wh": _mean(energy["energy_wh"]),
                 "energy_wh_per_epoch": _mean(energy["wh_per_epoch"]),
-                "utilization_pct": float(u["util"]) if u is not None else float("nan"),
-                "avg_power_w": float(p["power"]) if p is not None else float("nan"),
+                "utilization_pct": utilization,
+                "avg_power_w": avg_power,
             }
         )
     return finish(rows, COLUMNS), warnings
