@@ -122,6 +122,17 @@ def read_artifacts(
         return _fetch(uri, PROFILE_ARTIFACT, remote), _fetch(uri, PERFORMANCE_ARTIFACT, remote)
 
     profiles, performance, warnings = [], [], []
+    unreachable = [
+        str(row.artifact_uri)
+        for row in rows
+        if remote is None and local_artifact_dir(str(row.artifact_uri)) is None
+    ]
+    if unreachable:
+        warnings.append(
+            f"artifacts of {len(unreachable)} worker runs are not on this machine "
+            f"(e.g. {unreachable[0]}): profiler and performance.json data not read; "
+            "point --tracking-uri at the MLflow server that holds them"
+        )
     with (
         progress("Reading artifacts", len(rows), show_progress) as advance,
         ThreadPoolExecutor(THREADS) as pool,

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-# No usage telemetry from a reporting tool; set before mlflow is imported. A user's explicit
-# setting wins.
+# No usage telemetry from a reporting tool, and no "View run at" line on stdout (plus a request)
+# for every run written to a server; set before mlflow is imported. A user's own setting wins.
 os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
+os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 import mlflow
 from mlflow.entities import Metric, Param, RunStatus, RunTag
