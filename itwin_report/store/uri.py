@@ -100,6 +100,8 @@ def require_sqlite_file(uri: str) -> Path:
             f"; {itwinai} looks like itwinai's MLflow file store: "
             f"use --tracking-uri {itwinai.as_posix()}"
         )
+    else:
+        message += "; pass --tracking-uri, or create sample runs there with `itwin-report emulate`"
     raise StoreError(message)
 
 
