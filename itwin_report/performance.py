@@ -14,16 +14,34 @@ from pathlib import Path
 from typing import Any
 
 from itwin_report.errors import DataError
+from itwin_report.schema import PERFORMANCE_FIELDS
 
-REQUIRED = ("total_samples", "total_time", "est_samples_per_sec")
-NUMERIC = (
-    "total_samples",
-    "total_time",
-    "samples_per_sec",
-    "compile_time",
-    "programming_time",
-    "est_samples_per_sec",
-)
+REQUIRED = ("total_samples", "total_time")
+NUMERIC = tuple(f for f in PERFORMANCE_FIELDS if f != "suspected_input_bottleneck")
+
+
+def check_record(record: object, source: str) -> dict:
+    """``record`` if it is a usable performance record, else ``DataError`` naming ``source``.
+
+    Required: numeric ``total_samples`` and ``total_time``. The other numeric fields may be
+    absent or null; ``suspected_input_bottleneck`` is true/false when present; a record that
+    already merges several workers lists them under ``ordinals``.
+    """
+    if not isinstance(record, dict):
+        raise DataError(f"{source}: expected a JSON object, found {type(record).__name__}")
+    missing = [f for f in REQUIRED if record.get(f) is None]
+    if missing:
+        raise DataError(f"{source}: missing field(s) {', '.join(missing)}")
+    for name in NUMERIC:
+        value = record.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise DataError(f"{source}: field {name} is not a number: {value!r}")
+    flag = record.get("suspected_input_bottleneck", False)
+    if not isinstance(flag, bool):
+        raise DataError(f"{source}: suspected_input_bottleneck is not true/false: {flag!r}")
+    if "ordinals" in record and not isinstance(record["ordinals"], list):
+        raise DataError(f"{source}: ordinals is not a list")
+    return record
 
 
 def read_record(path: Path) -> dict:
@@ -35,16 +53,7 @@ def read_record(path: Path) -> dict:
         raise DataError(f"{path}: file not found") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise DataError(f"{path}: not a readable JSON file ({exc})") from None
-    if not isinstance(record, dict):
-        raise DataError(f"{path}: expected a JSON object, found {type(record).__name__}")
-    missing = [f for f in REQUIRED if f not in record]
-    if missing:
-        raise DataError(f"{path}: missing field(s) {', '.join(missing)}")
-    for name in NUMERIC:
-        value = record.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise DataError(f"{path}: field {name} is not a number: {value!r}")
-    return record
+    return check_record(record, str(path))
 
 
 def merge_records(records: Sequence[dict], names: Sequence[str] | None = None) -> dict:
@@ -101,12 +110,12 @@ def _ordinals(record: dict) -> list[dict]:
 
 
 def _agreed_estimate(records: Sequence[dict], names: Sequence[str]) -> float:
-    """The common ``est_samples_per_sec`` (NaN when none is known)."""
+    """The common ``est_samples_per_sec`` (NaN when none is known; 0 counts as unknown)."""
     first: tuple[str, float] | None = None
     for name, record in zip(names, records, strict=True):
         value = record.get("est_samples_per_sec")
-        if value is None or value != value:
-            continue
+        if value is None or value != value or value == 0:
+            continue  # absent, null or 0: no estimate (0 is what an unset estimate reads)
         if first is None:
             first = (name, float(value))
         elif not math.isclose(first[1], float(value), rel_tol=1e-9, abs_tol=1e-12):

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -16,31 +18,14 @@ from itwin_report.emulator.params import PRESETS, ModelParams, with_overrides
 from itwin_report.emulator.truth import expected_truth
 from itwin_report.errors import ReportError
 
-WORKERS = (4, 8, 16, 32)
-PUBLISHED_EPOCH = {
-    "mnist": {
-        "deepspeed": (2.65, 1.69, 1.29, 1.06),
-        "horovod": (3.94, 2.83, 2.35, 2.15),
-        "torch-ddp": (2.92, 1.99, 1.41, 1.11),
-    },
-    "virgo": {
-        "deepspeed": (51.18, 27.74, 15.38, 9.09),
-        "horovod": (57.23, 31.46, 17.86, 11.19),
-        "torch-ddp": (57.83, 31.92, 18.42, 11.07),
-    },
-}
-PUBLISHED_FRACTION = {
-    "mnist": {
-        "deepspeed": (75.47, 30.66, 9.52, 4.80),
-        "horovod": (70.05, 55.40, 45.05, 38.94),
-        "torch-ddp": (10.67, 5.67, 3.96, 2.49),
-    },
-    "virgo": {
-        "deepspeed": (54.03, 53.97, 53.88, 53.67),
-        "horovod": (49.38, 48.21, 47.26, 45.44),
-        "torch-ddp": (35.04, 32.54, 29.44, 26.59),
-    },
-}
+EXAMPLE = json.loads(
+    (
+        Path(__file__).resolve().parents[1] / "fixtures" / "itwinai-published-example.json"
+    ).read_text()
+)
+WORKERS = tuple(EXAMPLE["workers"])
+PUBLISHED_EPOCH = {name: EXAMPLE[name]["avg_epoch_time_s"] for name in ("mnist", "virgo")}
+PUBLISHED_FRACTION = {name: EXAMPLE[name]["computation_pct"] for name in ("mnist", "virgo")}
 
 
 def test_ring_allreduce_small_case() -> None:

@@ -17,6 +17,7 @@ squares for ``base`` and ``node``, in relative terms.
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -29,32 +30,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from itwin_report.emulator import model, profile
 from itwin_report.emulator.params import MNIST, PREFIX, STRATEGIES, VIRGO, ModelParams
 
-WORKERS = (4, 8, 16, 32)
+EXAMPLE = json.loads(
+    (
+        Path(__file__).resolve().parents[1] / "fixtures" / "itwinai-published-example.json"
+    ).read_text()
+)
+WORKERS = tuple(EXAMPLE["workers"])
 PUBLISHED = {
-    "mnist": {
-        "epoch": {
-            "deepspeed": (2.65, 1.69, 1.29, 1.06),
-            "horovod": (3.94, 2.83, 2.35, 2.15),
-            "torch-ddp": (2.92, 1.99, 1.41, 1.11),
-        },
-        "fraction": {
-            "deepspeed": (75.47, 30.66, 9.52, 4.80),
-            "horovod": (70.05, 55.40, 45.05, 38.94),
-            "torch-ddp": (10.67, 5.67, 3.96, 2.49),
-        },
-    },
-    "virgo": {
-        "epoch": {
-            "deepspeed": (51.18, 27.74, 15.38, 9.09),
-            "horovod": (57.23, 31.46, 17.86, 11.19),
-            "torch-ddp": (57.83, 31.92, 18.42, 11.07),
-        },
-        "fraction": {
-            "deepspeed": (54.03, 53.97, 53.88, 53.67),
-            "horovod": (49.38, 48.21, 47.26, 45.44),
-            "torch-ddp": (35.04, 32.54, 29.44, 26.59),
-        },
-    },
+    name: {
+        "epoch": {s: tuple(v) for s, v in EXAMPLE[name]["avg_epoch_time_s"].items()},
+        "fraction": {s: tuple(v) for s, v in EXAMPLE[name]["computation_pct"].items()},
+    }
+    for name in ("mnist", "virgo")
 }
 
 

@@ -16,11 +16,12 @@ from typing import Any
 
 import pandas as pd
 
+from itwin_report.errors import DataError
+from itwin_report.performance import NUMERIC, check_record, record_count
 from itwin_report.progress import progress
 from itwin_report.schema import (
     PERFORMANCE_ARTIFACT,
     PERFORMANCE_COLUMNS,
-    PERFORMANCE_FIELDS,
     PROFILE_ARTIFACT,
     PROFILE_COLUMNS,
 )
@@ -28,8 +29,6 @@ from itwin_report.store.uri import local_artifact_dir
 
 Remote = Callable[[str, str], bytes | None]  # (artifact_uri, relative path) -> bytes or None
 THREADS = 8
-_NUMERIC = [f for f in PERFORMANCE_FIELDS if f != "suspected_input_bottleneck"]
-_REQUIRED = ("total_samples", "total_time")
 
 
 def read_local(artifact_uri: str, path: str) -> bytes | None:
@@ -80,34 +79,17 @@ def parse_profile(data: bytes, run_id: str) -> dict[str, list[Any]]:
     return {"run_id": [run_id] * len(names), "name": names, "self_cuda_time_total": times}
 
 
-def _number(record: dict[str, Any], name: str) -> float:
-    value = record.get(name)
-    if value is None:
-        if name in _REQUIRED:
-            raise ValueError(f"no field {name}")
-        return float("nan")
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise ValueError(f"{name} is not a number")
-    return float(value)
-
-
 def parse_performance(data: bytes, run_id: str) -> dict[str, Any]:
-    """One performance row: the numeric fields, the bottleneck flag and ``records``."""
-    record = json.loads(data)
-    if not isinstance(record, dict):
-        raise ValueError("not a JSON object")
+    """One performance row: the numeric fields (NaN when absent), the flag and ``records``."""
+    record = check_record(json.loads(data), "performance.json")
     row: dict[str, Any] = {"run_id": run_id}
-    row.update({name: _number(record, name) for name in _NUMERIC})
+    for name in NUMERIC:
+        value = record.get(name)
+        row[name] = float("nan") if value is None else float(value)
     if pd.isna(row["samples_per_sec"]) and row["total_time"] > 0:
         row["samples_per_sec"] = row["total_samples"] / row["total_time"]
-    flag = record.get("suspected_input_bottleneck", False)
-    if not isinstance(flag, bool):
-        raise ValueError("suspected_input_bottleneck is not true/false")
-    row["suspected_input_bottleneck"] = flag
-    ordinals = record.get("ordinals")
-    if ordinals is not None and not isinstance(ordinals, list):
-        raise ValueError("ordinals is not a list")
-    row["records"] = len(ordinals) if ordinals else 1
+    row["suspected_input_bottleneck"] = bool(record.get("suspected_input_bottleneck", False))
+    row["records"] = record_count(record)
     return row
 
 
@@ -147,7 +129,7 @@ def read_artifacts(
             if perf is not None:
                 try:
                     performance.append(parse_performance(perf, str(row.run_id)))
-                except (ValueError, UnicodeDecodeError) as exc:
+                except (ValueError, UnicodeDecodeError, DataError) as exc:
                     warnings.append(
                         f"{_who(row)}: malformed {PERFORMANCE_ARTIFACT} ({exc}); ignored"
                     )
