@@ -91,7 +91,7 @@ def _styled(fmt: str, output: Path | None) -> bool:
 @click.option(
     "--experiment-name",
     "-e",
-    help="MLflow experiment to read (required unless the store has exactly one).",
+    help="MLflow experiment to read (required unless only one experiment holds runs).",
 )
 @click.option(
     "--run-names",
