@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import socket
 import sqlite3
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -115,13 +113,3 @@ def test_unreachable_server_fails_fast() -> None:
         f"cannot reach MLflow server at http://user:***@127.0.0.1:{port}: "
     )
     assert "Connection refused" in str(err.value) and "pw" not in str(err.value)
-
-
-def test_store_package_import_is_light() -> None:
-    code = (
-        "import sys, itwin_report.store; "
-        "heavy = [m for m in ('mlflow', 'pandas', 'numpy', 'sqlalchemy') if m in sys.modules]; "
-        "print(heavy)"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
