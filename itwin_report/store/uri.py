@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 from itwin_report.errors import StoreError
+from itwin_report.masking import mask_uri
 
 DEFAULT_TRACKING_URI = "sqlite:///mllogs/mlflow.db"
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
@@ -30,17 +31,6 @@ def resolve_tracking_uri(uri: str | None) -> str:
     if uri:
         return uri
     return os.environ.get(TRACKING_URI_ENV) or DEFAULT_TRACKING_URI
-
-
-def mask_uri(uri: str) -> str:
-    """``uri`` with any password replaced by ``***`` (``https://user:***@host/...``)."""
-    parts = urlsplit(uri)
-    if "@" not in parts.netloc:
-        return uri
-    userinfo, _, host = parts.netloc.rpartition("@")
-    user = userinfo.split(":", 1)[0]
-    masked = f"{user}:***@{host}" if ":" in userinfo else f"***@{host}"
-    return urlunsplit(parts._replace(netloc=masked))
 
 
 def store_kind(uri: str) -> str:
