@@ -64,12 +64,6 @@ def configurations(runs: pd.DataFrame) -> list[tuple[str, int]]:
     return sorted(pairs)
 
 
-def jobs_frame(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per job: job_id, strategy, workers (from its lowest-rank worker run)."""
-    ordered = runs.sort_values(["job_id", "rank", "run_id"], kind="stable")
-    return ordered.drop_duplicates("job_id")[["job_id", "strategy", "workers"]]
-
-
 def points(data: RunData, key: str) -> pd.DataFrame:
     """Points of ``key`` joined with their worker run's job, configuration and rank."""
     metric = data.metrics[data.metrics["key"] == key]

@@ -103,7 +103,9 @@ def _load(
     )
     if metrics is not None:
         data.metrics = _tidy_metrics(metrics)
-    return data
+    from itwin_report.validate import validate
+
+    return validate(data)
 
 
 def _tidy_metrics(metrics: Any) -> Any:

@@ -65,7 +65,7 @@ def parse_profile(data: bytes, run_id: str) -> dict[str, list[Any]]:
     if missing:
         raise ValueError(f"no column {', '.join(missing)}")
     name_at, time_at = header.index("name"), header.index("self_cuda_time_total")
-    names, times = [], []
+    names, times, rows = [], [], []
     for line, record in enumerate(reader, start=2):
         if not record:
             continue
@@ -76,7 +76,13 @@ def parse_profile(data: bytes, run_id: str) -> dict[str, list[Any]]:
         except ValueError:
             raise ValueError(f"non-numeric self_cuda_time_total on line {line}") from None
         names.append(record[name_at])
-    return {"run_id": [run_id] * len(names), "name": names, "self_cuda_time_total": times}
+        rows.append(record)
+    out: dict[str, list[Any]] = {"run_id": [run_id] * len(names), "name": names}
+    out["self_cuda_time_total"] = times
+    for column, key in (("global_rank",) * 2, ("num_gpus",) * 2, ("strategy", "csv_strategy")):
+        at = header.index(column) if column in header else None  # who wrote the file
+        out[key] = [r[at] if at is not None else "" for r in rows]
+    return out
 
 
 def parse_performance(data: bytes, run_id: str) -> dict[str, Any]:
@@ -137,5 +143,7 @@ def read_artifacts(
         {col: [v for part in profiles for v in part[col]] for col in PROFILE_COLUMNS},
         columns=list(PROFILE_COLUMNS),
     )
+    for column in ("global_rank", "num_gpus"):
+        prof[column] = pd.to_numeric(prof[column], errors="coerce")
     perf_frame = pd.DataFrame(performance, columns=list(PERFORMANCE_COLUMNS))
     return prof, perf_frame, warnings
