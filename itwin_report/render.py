@@ -278,5 +278,6 @@ def report_to_dict(report: Report) -> dict:
         out[name] = [{str(k): _plain(v) for k, v in rec.items()} for rec in records]
         for rec in out[name]:
             rec["workers"] = int(rec["workers"])
+    out["baseline"] = report.baseline
     out["warnings"] = list(report.warnings)
     return out

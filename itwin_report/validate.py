@@ -1,5 +1,8 @@
 """The valid range of every value the report reads, enforced once where loading ends.
 
+NaN is never valid. Upper bounds lie far above anything real, so that sums and means of valid
+values stay finite.
+
 :func:`validate` drops what cannot be right (a negative epoch time, a utilization of 1e6, a
 world size of 1e30) and blanks optional values that are out of range, so no table shows an
 impossible number. Each kind of dropped or blanked data becomes ONE warning that counts it and
@@ -11,21 +14,22 @@ value                      valid
 workers                    integer in 1 .. :data:`MAX_WORKERS` (else the worker run goes)
 rank                       0 .. workers - 1 (else the worker run goes)
 strategy                   non-empty after stripping surrounding whitespace (stripped)
-probing_interval           > 0 and finite (else NaN: the step spacing is used)
-samples_per_epoch          > 0 and finite (else NaN)
-batch_size                 > 0 and finite (else NaN)
-epoch_time_s               > 0 and finite
-gpu_power_W                >= 0 and finite
+probing_interval           > 0 and <= 1e9 (else NaN: the step spacing is used)
+samples_per_epoch          > 0 and <= 1e15 (else NaN)
+batch_size                 > 0 and <= 1e15 (else NaN)
+epoch_time_s               > 0 and <= 1e9 (s)
+gpu_power_W                0 .. 1e5 (W)
 gpu_utilization_percent    0 .. 100
-local/avg_samples_per_sec  >= 0 and finite
+local/avg_samples_per_sec  0 .. 1e15
 train_loss_epoch step      >= 0 (only its steps are read)
 metric points              one per (run, key, step): the last logged is kept
-self_cuda_time_total       >= 0 and finite
+self_cuda_time_total       0 .. 1e15 (microseconds)
 profiler CSV               its global_rank/num_gpus agree with the worker run; one CSV per
                            rank of a job
-performance.json           total_samples >= 0, total_time > 0, records 1 .. MAX_WORKERS
-                           (else the record goes); compile_time, programming_time,
-                           samples_per_sec >= 0, est_samples_per_sec > 0 (else NaN)
+performance.json           total_samples 0 .. 1e15, total_time > 0 and <= 1e9, records
+                           1 .. MAX_WORKERS (else the record goes); compile_time and
+                           programming_time 0 .. 1e9, samples_per_sec 0 .. 1e15,
+                           est_samples_per_sec > 0 and <= 1e15 (else NaN)
 =========================  ==============================================================
 """
 
@@ -66,33 +70,38 @@ class Range:
             return np.isfinite(x) & above & (x <= self.high)
 
     def __str__(self) -> str:
-        if self.high == INF:
-            return f"{'>' if self.open_low else '>='} {self.low:g} and finite"
-        return f"within {self.low:g}..{self.high:g}"
+        low = f"{'>' if self.open_low else '>='} {self.low:g}"
+        return f"{low} and <= {self.high:g}" if self.high != INF else f"{low} and finite"
 
 
-POSITIVE = Range(0.0, open_low=True)
-NON_NEGATIVE = Range(0.0)
+# Upper bounds far above anything real, so sums and means of valid values stay finite (MLflow
+# stores an infinite metric as the largest float, which is finite but no real value).
+MAX_SECONDS = 1e9  # ~31 years
+MAX_COUNT = 1e15  # samples, samples/s, microseconds of device time
+MAX_WATTS = 1e5  # one device
+POSITIVE = Range(0.0, MAX_COUNT, open_low=True)
+NON_NEGATIVE = Range(0.0, MAX_COUNT)
+SECONDS = Range(0.0, MAX_SECONDS, open_low=True)
 METRIC_RANGES: dict[str, Range] = {
-    EPOCH_TIME: POSITIVE,
-    GPU_POWER: NON_NEGATIVE,
+    EPOCH_TIME: SECONDS,
+    GPU_POWER: Range(0.0, MAX_WATTS),
     GPU_UTIL: Range(0.0, 100.0),
     RATE: NON_NEGATIVE,
     GLOBAL_RATE: NON_NEGATIVE,
 }
 RUN_VALUES: dict[str, Range] = {
-    "probing_interval": POSITIVE,
+    "probing_interval": SECONDS,
     "samples_per_epoch": POSITIVE,
     "batch_size": POSITIVE,
 }
 PERFORMANCE_REQUIRED: dict[str, Range] = {
     "total_samples": NON_NEGATIVE,
-    "total_time": POSITIVE,
+    "total_time": SECONDS,
     "records": Range(1.0, MAX_WORKERS),
 }
 PERFORMANCE_OPTIONAL: dict[str, Range] = {
-    "compile_time": NON_NEGATIVE,
-    "programming_time": NON_NEGATIVE,
+    "compile_time": Range(0.0, MAX_SECONDS),
+    "programming_time": Range(0.0, MAX_SECONDS),
     "samples_per_sec": NON_NEGATIVE,
     "est_samples_per_sec": POSITIVE,
 }
@@ -274,8 +283,8 @@ def _valid_performance(perf: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
         good &= valid.ok(out[column])
     notes.add(
         int((~good).sum()),
-        "dropped {n} performance.json record(s) of {runs}: total_samples not >= 0, "
-        "total_time not > 0, or a record count outside 1..1,000,000",
+        f"dropped {{n}} performance.json record(s) of {{runs}}: total_samples not "
+        f"{NON_NEGATIVE}, total_time not {SECONDS}, or records outside 1..{MAX_WORKERS:,}",
         out.loc[~good, "run_id"],
     )
     out = out[good]

@@ -123,7 +123,7 @@ def test_warnings(scaling_sqlite: Store) -> None:
         f"worker run {ds4[1][:8]} (rank 1) of deepspeed-4: malformed "
         "torch_profiling_averages/torch_profiling_averages.csv (no column name, "
         "self_cuda_time_total); ignored",
-        "dropped 1 gpu_utilization_percent point(s) of 'ddp-8': not within 0..100",
+        "dropped 1 gpu_utilization_percent point(s) of 'ddp-8': not >= 0 and <= 100",
     ]
 
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from itwin_report.errors import DataError
-from itwin_report.performance import NUMERIC, check_record, record_count
+from itwin_report.performance import NUMERIC, check_record, parse_json, record_count
 from itwin_report.progress import progress
 from itwin_report.schema import (
     PERFORMANCE_ARTIFACT,
@@ -87,7 +86,7 @@ def parse_profile(data: bytes, run_id: str) -> dict[str, list[Any]]:
 
 def parse_performance(data: bytes, run_id: str) -> dict[str, Any]:
     """One performance row: the numeric fields (NaN when absent), the flag and ``records``."""
-    record = check_record(json.loads(data), "performance.json")
+    record = check_record(parse_json(data), "performance.json")
     row: dict[str, Any] = {"run_id": run_id}
     for name in NUMERIC:
         value = record.get(name)
