@@ -15,15 +15,17 @@ times = st.floats(min_value=0.5, max_value=500, allow_nan=False)
 
 
 @st.composite
-def datasets(draw):
+def datasets(draw, max_counts: int = 4, max_runs: int = 2):
     """1-2 strategies, 2-4 worker counts, 1-2 runs each, epochs, power, profiles, perf."""
     runs, metrics, profs, perfs = [], [], [], []
     for strategy in draw(
         st.lists(st.sampled_from(["ddp", "ds"]), min_size=1, max_size=2, unique=True)
     ):
-        counts = draw(st.lists(st.sampled_from(WORKERS), min_size=2, max_size=4, unique=True))
+        counts = draw(
+            st.lists(st.sampled_from(WORKERS), min_size=2, max_size=max_counts, unique=True)
+        )
         for w in counts:
-            for r in range(draw(st.integers(1, 2))):
+            for r in range(draw(st.integers(1, max_runs))):
                 job = f"{strategy}-{w}-{r}"
                 runs.append(run(job, job, strategy, w, samples_per_epoch=1000))
                 metrics += metric(
@@ -47,8 +49,9 @@ def test_speedup_one_at_base_and_efficiency_formula(data) -> None:
             assert list(group["efficiency"]) == pytest.approx(list(expected))
 
 
-@settings(max_examples=20, deadline=None)
-@given(datasets(), st.randoms(use_true_random=False))
+# small data sets (row order is what varies) and few examples: two reports per example
+@settings(max_examples=8, deadline=None)
+@given(datasets(max_counts=3, max_runs=2), st.randoms(use_true_random=False))
 def test_shuffling_rows_never_changes_a_table(data, rnd) -> None:
     def shuffled(frame: pd.DataFrame) -> pd.DataFrame:
         return frame.sample(frac=1, random_state=rnd.randint(0, 10_000))
