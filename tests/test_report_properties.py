@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from test_report_builders import make_data, metric, perf, profile, run
 
 from itwin_report.report import build_report
+from itwin_report.report.epoch_time import epoch_time_table
 
 WORKERS = [4, 6, 8, 12, 16, 32]
 times = st.floats(min_value=0.5, max_value=500, allow_nan=False)
@@ -79,6 +80,25 @@ def test_linear_cluster_has_efficiency_one(c, counts) -> None:
     # epoch time = c / workers for every epoch -> speedup = workers/base, efficiency = 1
     runs = [run(f"r{w}", f"j{w}", "ddp", w) for w in counts]
     metrics = [p for w in counts for p in metric(f"r{w}", "epoch_time_s", [c / w] * 3)]
-    table = build_report(make_data(runs, metrics)).epoch_time
+    table, _, _ = epoch_time_table(make_data(runs, metrics))
     assert list(table["efficiency"]) == pytest.approx([1.0] * len(counts))
     assert list(table["speedup"]) == pytest.approx([w / min(counts) for w in sorted(counts)])
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    st.floats(min_value=1, max_value=1e4),
+    st.lists(st.sampled_from(WORKERS), min_size=1, unique=True),
+    st.lists(st.sampled_from(WORKERS), min_size=1, unique=True),
+)
+def test_linear_cluster_against_one_gpu(c, ddp, ds) -> None:
+    # a 1-worker run takes c; every strategy scales linearly -> speedup = workers, efficiency 1
+    runs = [run("one", "one", "non-distributed", 1)]
+    runs += [
+        run(f"{s}{w}", f"{s}{w}", s, w) for s, counts in (("ddp", ddp), ("ds", ds)) for w in counts
+    ]
+    metrics = [p for r in runs for p in metric(r["run_id"], "epoch_time_s", [c / r["workers"]] * 3)]
+    table, _, used = epoch_time_table(make_data(runs, metrics))
+    assert used.reference == ("non-distributed", 1)
+    assert list(table["speedup"]) == pytest.approx([float(w) for w in table["workers"]])
+    assert list(table["efficiency"]) == pytest.approx([1.0] * len(table))
