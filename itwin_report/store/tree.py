@@ -181,6 +181,10 @@ def select_workers(
             f"skipped {_describe(row)}: no strategy/global_world_size/global_rank params"
         )
     cands = leaves[is_cand].copy()
+    # a worker alone in its job (a flat run, a single child) is rank 0 when it logs no rank
+    job = cands["parent_id"].where(cands["parent_id"] != "", cands["run_id"])
+    alone = job.map(job.value_counts()) == 1
+    cands.loc[alone & cands["global_rank"].isna(), "global_rank"] = "0"
     problems = _problems(cands)
     for (_, row), text in zip(cands.iterrows(), problems, strict=True):
         if text:
