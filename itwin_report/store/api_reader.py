@@ -49,6 +49,25 @@ def _reason(exc: Exception) -> str:
     return type(exc).__name__
 
 
+def bulk_batches(base: str, ids: Sequence[str], key: str) -> Iterator[list[str]]:
+    """Run ids in groups whose bulk request line stays within :data:`MAX_REQUEST_LINE` bytes."""
+    from urllib.parse import urlencode, urlsplit
+
+    fixed = len(f"GET {urlsplit(base).path}{BULK_PATH}? HTTP/1.1")
+    fixed += len(urlencode({"metric_key": key, "max_results": BULK_MAX_POINTS})) + 1
+    batch: list[str] = []
+    size = fixed
+    for run_id in ids:
+        cost = len(urlencode({"run_id": run_id})) + 1
+        if batch and (len(batch) == BULK_MAX_RUNS or size + cost > MAX_REQUEST_LINE):
+            yield batch
+            batch, size = [], fixed
+        batch.append(run_id)
+        size += cost
+    if batch:
+        yield batch
+
+
 class HttpSession:
     """``requests`` with the credentials and TLS settings MLflow's client reads from env."""
 
@@ -169,27 +188,8 @@ class ApiReader:
             if self.http is None:
                 tasks.extend(([r], key) for r in ids)
             else:
-                tasks.extend((batch, key) for batch in self._batches(ids, key))
+                tasks.extend((batch, key) for batch in bulk_batches(self.http.base, ids, key))
         return tasks
-
-    def _batches(self, ids: list[str], key: str) -> Iterator[list[str]]:
-        """Run ids in groups whose bulk request stays within the limits of any MLflow server."""
-        from urllib.parse import urlencode, urlsplit
-
-        assert self.http is not None
-        fixed = len(f"GET {urlsplit(self.http.base).path}{BULK_PATH}? HTTP/1.1")
-        fixed += len(urlencode({"metric_key": key, "max_results": BULK_MAX_POINTS})) + 1
-        batch: list[str] = []
-        size = fixed
-        for run_id in ids:
-            cost = len(urlencode({"run_id": run_id})) + 1
-            if batch and (len(batch) == BULK_MAX_RUNS or size + cost > MAX_REQUEST_LINE):
-                yield batch
-                batch, size = [], fixed
-            batch.append(run_id)
-            size += cost
-        if batch:
-            yield batch
 
     def _per_run(self, ids: list[str], key: str) -> pd.DataFrame:
         (run_id,) = ids
