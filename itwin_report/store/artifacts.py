@@ -127,7 +127,7 @@ def parse_performance(data: bytes, run_id: str) -> dict[str, Any]:
     for name in NUMERIC:
         value = record.get(name)
         row[name] = float("nan") if value is None else float(value)
-        if not math.isfinite(row[name]):
+        if value is not None and not math.isfinite(row[name]):
             raise ValueError(f"{name} is not a finite number")
     if pd.isna(row["samples_per_sec"]) and row["total_time"] > 0:
         row["samples_per_sec"] = row["total_samples"] / row["total_time"]

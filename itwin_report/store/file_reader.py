@@ -46,14 +46,23 @@ def _meta(path: Path) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
-def _read(path: Path) -> str | None:
-    """A small text file (UTF-8, undecodable bytes replaced), None when missing or unreadable."""
+def _read(path: Path, not_utf8: list[str] | None = None) -> str | None:
+    """A small text file, None when missing or unreadable.
+
+    Bytes that are not UTF-8 are replaced; the file's path is then added to ``not_utf8``.
+    """
     from itwin_report.store.artifacts import SkippedArtifact, read_capped
 
     try:
-        return read_capped(path).decode("utf-8", errors="replace")
+        data = read_capped(path)
     except (OSError, SkippedArtifact):
         return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        if not_utf8 is not None:
+            not_utf8.append(f"{path.parent.name}/{path.name}")
+        return data.decode("utf-8", errors="replace")
 
 
 class FileStoreReader:
@@ -117,7 +126,8 @@ class FileStoreReader:
         for run_dir, meta in self._live_runs(exp_dir):
             run_id = str(meta.get("run_id") or meta.get("run_uuid"))
             self._run_dirs[run_id] = [run_dir]
-            name = meta.get("run_name") or _read(run_dir / "tags" / _RUN_NAME_TAG) or ""
+            odd: list[str] = []
+            name = meta.get("run_name") or _read(run_dir / "tags" / _RUN_NAME_TAG, odd) or ""
             status = meta.get("status", 1)
             param_dir = run_dir / "params"
             has_params = param_dir.is_dir() and any(param_dir.iterdir())
@@ -126,15 +136,20 @@ class FileStoreReader:
                     "run_id": run_id,
                     "name": str(name),
                     "status": _STATUS.get(status, str(status)),
-                    "parent_id": (_read(run_dir / "tags" / PARENT_TAG) or "").strip(),
+                    "parent_id": (_read(run_dir / "tags" / PARENT_TAG, odd) or "").strip(),
                     "artifact_uri": str(meta.get("artifact_uri") or ""),
                     "has_params": has_params,
                 }
             )
             for key in param_keys:
-                value = _read(param_dir / key)
+                value = _read(param_dir / key, odd)
                 if value is not None:
                     params.append({"run_id": run_id, "key": key, "value": value})
+            if odd:
+                self.warnings.append(
+                    f"run {str(name)!r} ({run_id[:8]}): {', '.join(odd)} not UTF-8 text; "
+                    "read with replacement characters"
+                )
         runs = pd.DataFrame(
             rows, columns=["run_id", "name", "status", "parent_id", "artifact_uri", "has_params"]
         )
@@ -149,7 +164,7 @@ class FileStoreReader:
         for run_id in run_ids:
             for run_dir in self._run_dirs.get(run_id, []):
                 for key in [*METRIC_KEYS, *_system_keys(run_dir / "metrics")]:
-                    text = _read(run_dir / "metrics" / key)
+                    text = _read(run_dir / "metrics" / key, [])
                     if not text:
                         continue
                     points = [line for line in text.splitlines() if line.strip()]
