@@ -299,8 +299,12 @@ def _open_sqlite(uri: str) -> SqlReader:
     return SqlReader(_sqlite_query(conn), uri, sqlite=conn)
 
 
-def engine_url(uri: str) -> str:
-    """``uri`` with the PostgreSQL driver that is installed (psycopg 3, else psycopg2).
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def engine_url(uri: str, installed: Callable[[str], bool] = _installed) -> str:
+    """``uri`` with the PostgreSQL driver that is ``installed`` (psycopg 3, else psycopg2).
 
     ``postgresql://`` names no driver; an explicit ``postgresql+driver://`` is kept. Without any
     driver, a StoreError says how to install one.
@@ -309,7 +313,7 @@ def engine_url(uri: str) -> str:
     if scheme.lower() not in ("postgresql", "postgres"):
         return uri
     for module, dialect in (("psycopg", "postgresql+psycopg"), ("psycopg2", "postgresql+psycopg2")):
-        if importlib.util.find_spec(module) is not None:
+        if installed(module):
             return f"{dialect}{sep}{rest}"
     raise StoreError(f"reading PostgreSQL needs a database driver: {POSTGRES_EXTRA}")
 

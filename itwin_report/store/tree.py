@@ -99,7 +99,7 @@ def _problems(cands: pd.DataFrame) -> pd.Series:
     size = _as_int(cands["global_world_size"])
     rank = _as_int(cands["global_rank"])
     checks = [
-        (cands["strategy"].isna() | (cands["strategy"].fillna("") == ""), "no strategy param"),
+        (cands["strategy"].isna() | (cands["strategy"].astype(object) == ""), "no strategy param"),
         (cands["global_world_size"].isna(), "no global_world_size param"),
         (cands["global_world_size"].notna() & size.isna(), "global_world_size is not an integer"),
         (size.notna() & (size < 1), "global_world_size is below 1"),
