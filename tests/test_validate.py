@@ -130,7 +130,7 @@ def test_each_kind_of_dropped_data_is_one_warning_naming_the_runs(hostile: str) 
     assert epoch.startswith("dropped 4 epoch_time_s") and "'ddp-2', 'ddp-2b'" in epoch
     assert one("gpu_power_W point(s)").startswith("dropped 2 gpu_power_W point(s) of 'nd-1'")
     assert "'nd-1'" in one("gpu_utilization_percent point(s)")
-    assert "1 duplicated point(s) of 'nd-1'" in one("duplicated point(s)")
+    assert "1 metric points repeat a (run, key, step)" in one("repeat a (run, key, step)")
     assert "'nd-1'" in one("ignored probing_interval")
     assert "'ddp-4'" in one("profiler row(s)")
     assert "Infinity is not a number" in one("malformed performance/performance.json")
