@@ -87,6 +87,7 @@ def test_json_report_schema(store: str) -> None:
         "gpu",
         "computation",
         "throughput",
+        "baseline",
         "warnings",
     }
     assert doc["experiment"] == "cli" and doc["warmup_epochs"] == 1

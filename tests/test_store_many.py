@@ -15,13 +15,13 @@ N_RUNS = 1005  # past MLflow's usual 1,000-run page and itwinai's cut-off
 
 @pytest.fixture(scope="module")
 def many_runs(tmp_path_factory: pytest.TempPathFactory) -> str:
-    """N_RUNS flat worker runs; every 100th logs one epoch_time_s point (value = index)."""
+    """N_RUNS flat worker runs; every 100th logs one epoch_time_s point (value = index + 1)."""
     uri = f"sqlite:///{tmp_path_factory.mktemp('many') / 'many.db'}"
     w = mlflow_api.RunWriter(uri)
     exp = w.experiment_id("many")
     for i in range(N_RUNS):
         run = w.create_run(exp, f"run-{i:04d}", i)
-        points = [("epoch_time_s", float(i), i, 0)] if i % 100 == 0 else []
+        points = [("epoch_time_s", float(i + 1), i, 0)] if i % 100 == 0 else []
         w.log_batch(
             run, points, {"strategy": "torch-ddp", "global_rank": 0, "global_world_size": 1}
         )
@@ -32,8 +32,8 @@ def test_direct_reader_reads_all(many_runs: str) -> None:
     data = load_experiment(many_runs, "many", include_unfinished=True, show_progress=False)
     assert len(data.runs) == N_RUNS
     assert data.runs["run_name"].nunique() == N_RUNS
-    # runs 0, 100, ..., 1000 logged one point each: 11 points summing to 0+100+...+1000 = 5500
-    assert len(data.metrics) == 11 and data.metrics["value"].sum() == 5500.0
+    # runs 0, 100, ..., 1000 logged one point each: 11 points summing to 1+101+...+1001 = 5511
+    assert len(data.metrics) == 11 and data.metrics["value"].sum() == 5511.0
 
 
 def test_api_reader_pages_through_all(many_runs: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -56,5 +56,5 @@ def test_api_reader_pages_through_all(many_runs: str, monkeypatch: pytest.Monkey
     data = _load(ApiReader(many_runs), many_runs, "many", (), True, False)
     assert len(data.runs) == N_RUNS
     assert pages[-2:] == [1000, 5]  # two pages of search_runs
-    assert len(data.metrics) == 11 and data.metrics["value"].sum() == 5500.0
+    assert len(data.metrics) == 11 and data.metrics["value"].sum() == 5511.0
     assert Path(many_runs.removeprefix("sqlite:///")).is_file()
