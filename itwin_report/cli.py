@@ -26,6 +26,7 @@ from itwin_report.masking import mask_text
 from itwin_report.render import FORMATS
 
 DEBUG_ENV = "ITWIN_REPORT_DEBUG"
+_HELP_ON_NO_ARGS: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", click.UsageError)
 
 
 class _Failure(click.ClickException):
@@ -63,8 +64,22 @@ def _sigterm_unwinds() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _usage_failure(exc: click.UsageError, ctx: click.Context) -> _Failure:
+    """A usage error as one line (not usage + hint + error), exit code 2."""
+    where = exc.ctx.command_path if exc.ctx else ctx.command_path
+    return _Failure(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
+
+
 class _Group(click.Group):
     """Turns the project's exceptions into one-line masked errors with documented exit codes."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except _HELP_ON_NO_ARGS:  # no command given: the help text, as usual
+            raise
+        except click.UsageError as exc:
+            raise _usage_failure(exc, ctx) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -76,10 +91,8 @@ class _Group(click.Group):
             raise _Failure("interrupted by SIGINT", EXIT_SIGINT) from None
         except Interrupted as exc:
             raise _Failure(f"interrupted by {exc.name}", exc.exit_code) from None
-        except click.UsageError as exc:  # one line, not usage + hint + error
-            where = exc.ctx.command_path if exc.ctx else ctx.command_path
-            message = f"{exc.format_message()} (see '{where} --help')"
-            raise _Failure(message, exc.exit_code) from None
+        except click.UsageError as exc:
+            raise _usage_failure(exc, ctx) from None
         except click.ClickException as exc:
             exc.message = _one_line(exc.message)  # type: ignore[misc]
             raise

@@ -290,6 +290,25 @@ def test_bad_usage_is_one_masked_line(store: str) -> None:
         REPORT, "--tracking-uri", "http://bob:pw-123456@127.0.0.1:1", "-e", "x", "--bogus"
     )
     assert code == 2 and "pw-123456" not in err
+    for args in (("--bogus",), ("no-such-command",)):
+        code, out, err = invoke(*args)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("Error: ") and args[0] in err
+
+
+def test_no_command_shows_the_help() -> None:
+    result = CliRunner().invoke(main, [])
+    assert "Usage:" in result.output and "Exit codes" in result.output
+    assert "Error" not in result.output
+
+
+def test_json_keys_are_documented() -> None:
+    from itwin_report.tables import TABLES
+
+    for spec in TABLES:
+        assert f"`{spec.name}[]`" in README, spec.name
+        for col in spec.columns:
+            assert f"`{col.key}`" in README, col.key
 
 
 def test_output_and_plot_dir_never_point_into_the_store(store: str, tmp_path: Path) -> None:
