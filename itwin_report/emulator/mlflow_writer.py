@@ -1,0 +1,371 @@
+"""Writing emulated runs: MLflow's client for servers and file stores, bulk SQL for SQLite.
+
+A new SQLite store is created by MLflow itself (so its schema is MLflow's own); the runs are then
+inserted in one transaction straight into MLflow's tables, which MLflow's client reads back like
+any other run. Every other store goes through ``MlflowClient`` with batched calls.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import sqlite3
+import tempfile
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from itwin_report.errors import StoreError
+from itwin_report.masking import mask_text, mask_uri
+from itwin_report.store import mlflow_api
+from itwin_report.store.uri import SQLITE, local_artifact_dir, sqlite_path, store_kind
+
+PARENT_TAG = mlflow_api.PARENT_TAG
+RUN_NAME_TAG = "mlflow.runName"
+MAX_METRICS_PER_BATCH = 1000  # MLflow's log_batch limits
+MAX_PARAMS_PER_BATCH = 100
+
+Point = tuple[str, float, int, int]  # key, value, timestamp_ms, step
+MlflowException = mlflow_api.mlflow_exception()
+
+
+@dataclass
+class RunRecord:
+    """One run to write: name, params, metric points and text artifacts (path -> text)."""
+
+    name: str
+    params: dict[str, Any] = field(default_factory=dict)
+    points: list[Point] = field(default_factory=list)
+    artifacts: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class JobRecord:
+    """A top-level run and its worker runs, all with the same start and end."""
+
+    name: str
+    start_ms: int
+    end_ms: int
+    workers: list[RunRecord]
+
+
+def safe_dir_name(name: str) -> str:
+    """A directory name from an experiment name: no separators, no leading dots, never empty."""
+    kept = "".join(c if c.isalnum() or c in "-_." else "_" for c in name).lstrip(".")
+    return kept[:100] or "experiment"
+
+
+def artifact_location(uri: str, experiment_name: str, root: str | None = None) -> str | None:
+    """Where a new experiment keeps its artifacts: ``root`` or, for SQLite, beside the database.
+
+    The experiment name never leaves the chosen root (``../x`` or ``/abs`` become plain names).
+    None lets MLflow decide (servers, file stores).
+    """
+    if root is not None:
+        if "://" in root and not root.startswith("file:"):
+            return f"{root.rstrip('/')}/{safe_dir_name(experiment_name)}"
+        base = local_artifact_dir(root) or Path(root)
+        return (base.expanduser().resolve() / safe_dir_name(experiment_name)).as_uri()
+    if store_kind(uri) == SQLITE:
+        base = sqlite_path(uri).expanduser().resolve().parent / "artifacts"
+        return (base / safe_dir_name(experiment_name)).as_uri()
+    return None
+
+
+def _error(uri: str, what: str, exc: BaseException) -> StoreError:
+    text = str(exc).strip().splitlines()
+    message = text[0] if text else type(exc).__name__
+    return StoreError(mask_text(f"cannot {what} in {mask_uri(uri)}: {message}"))
+
+
+class ClientWriter:
+    """Writes through ``MlflowClient`` (HTTP servers, file stores, other SQL databases)."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self._client = mlflow_api.client(uri)
+        self._open: list[str] = []
+
+    def experiment(self, name: str, location: str | None) -> tuple[str, str]:
+        """(id, artifact location) of experiment ``name``, created when missing."""
+        try:
+            exp = self._client.get_experiment_by_name(name)
+            if exp is None:
+                self._client.create_experiment(name, artifact_location=location)
+                exp = self._client.get_experiment_by_name(name)
+            if exp is None:
+                raise StoreError(f"experiment {name!r} vanished after it was created")
+            return str(exp.experiment_id), str(exp.artifact_location or "")
+        except MlflowException as exc:
+            raise _error(self.uri, f"open experiment {name!r}", exc) from exc
+
+    def experiment_id(self, name: str, location: str | None = None) -> str:
+        """Id of experiment ``name``, created (with ``location``) when missing."""
+        return self.experiment(name, location)[0]
+
+    def count_runs(self, experiment_id: str) -> int:
+        """Live runs in the experiment (up to one page)."""
+        return len(self._client.search_runs([experiment_id], max_results=1000))
+
+    def create_run(
+        self, experiment_id: str, name: str, start_ms: int, parent_run_id: str | None = None
+    ) -> str:
+        """A RUNNING run; its id."""
+        tags = {PARENT_TAG: parent_run_id} if parent_run_id else None
+        run = self._client.create_run(experiment_id, start_time=start_ms, tags=tags, run_name=name)
+        return str(run.info.run_id)
+
+    def log_batch(
+        self, run_id: str, points: Iterable[Point] = (), params: dict[str, Any] | None = None
+    ) -> None:
+        """Points and params in MLflow-sized batches (one call for most runs)."""
+        from mlflow.entities import Metric, Param
+
+        metrics = [Metric(k, float(v), int(ts), int(step)) for k, v, ts, step in points]
+        plist = [Param(k, str(v)) for k, v in (params or {}).items()]
+        calls = max(
+            -(-len(plist) // MAX_PARAMS_PER_BATCH), -(-len(metrics) // MAX_METRICS_PER_BATCH), 1
+        )
+        for i in range(calls):
+            self._client.log_batch(
+                run_id,
+                metrics=metrics[i * MAX_METRICS_PER_BATCH : (i + 1) * MAX_METRICS_PER_BATCH],
+                params=plist[i * MAX_PARAMS_PER_BATCH : (i + 1) * MAX_PARAMS_PER_BATCH],
+            )
+
+    def log_text(self, run_id: str, text: str, artifact_file: str) -> None:
+        """Upload ``text`` as ``artifact_file`` through a temporary file.
+
+        ``log_artifact`` works with every client version against ``mlflow-artifacts:`` roots,
+        where ``log_text`` needs MLflow 3.7 or newer.
+        """
+        folder, _, filename = artifact_file.rpartition("/")
+        with tempfile.TemporaryDirectory(prefix="itwin-report-") as tmp:
+            local = Path(tmp) / filename
+            local.write_text(text, encoding="utf-8")
+            self._client.log_artifact(run_id, str(local), artifact_path=folder or None)
+
+    def end_run(self, run_id: str, end_ms: int, status: str = "FINISHED") -> None:
+        """Mark the run ended with ``status``."""
+        self._client.set_terminated(run_id, status=status, end_time=end_ms)
+
+    def write_job(self, experiment_id: str, job: JobRecord, on_worker: Any = None) -> str:
+        """Write one job; the runs created and not yet ended are tracked for :meth:`abort`."""
+        parent = self.create_run(experiment_id, job.name, job.start_ms)
+        self._open.append(parent)
+        ids = []
+        for worker in job.workers:
+            ids.append(self.create_run(experiment_id, worker.name, job.start_ms, parent))
+            self._open.append(ids[-1])
+        for run_id, worker in zip(ids, job.workers, strict=True):
+            self.log_batch(run_id, worker.points, worker.params)
+            for path, text in worker.artifacts.items():
+                self.log_text(run_id, text, path)
+            if on_worker:
+                on_worker()
+            self.end_run(run_id, job.end_ms)
+            self._open.remove(run_id)
+        self.end_run(parent, job.end_ms)
+        self._open.remove(parent)
+        return parent
+
+    def commit(self) -> None:
+        """Nothing to do: every run is complete once written."""
+
+    def abort(self, end_ms: int, status: str) -> None:
+        """Mark the runs left open ``status`` (best effort, children first)."""
+        for run_id in reversed(self._open):
+            try:
+                self.end_run(run_id, end_ms, status)
+            except Exception:  # the original error matters more than this one
+                continue
+        self._open.clear()
+
+
+RunWriter = ClientWriter  # run by run, with caller-chosen timestamps (test stores, benchmarks)
+
+
+def mlflow_schema_head() -> str:
+    """The newest database schema revision this MLflow installation knows."""
+    from alembic.script import ScriptDirectory
+    from mlflow.store.db.utils import _get_alembic_config
+
+    return str(ScriptDirectory.from_config(_get_alembic_config("sqlite://")).get_current_head())
+
+
+def _latest(points: list[Point]) -> dict[str, Point]:
+    """MLflow's latest value per key: the largest (step, timestamp, value)."""
+    out: dict[str, Point] = {}
+    for p in points:
+        best = out.get(p[0])
+        if best is None or (p[3], p[2], p[1]) > (best[3], best[2], best[1]):
+            out[p[0]] = p
+    return out
+
+
+def _value(v: float) -> tuple[float, int]:
+    """(value, is_nan) as MLflow stores a metric value."""
+    return (0.0, 1) if math.isnan(v) else (float(v), 0)
+
+
+def _unsynced(dbapi_connection: Any, _record: Any) -> None:
+    if isinstance(dbapi_connection, sqlite3.Connection):
+        dbapi_connection.execute("PRAGMA synchronous=OFF")
+        dbapi_connection.execute("PRAGMA journal_mode=MEMORY")
+
+
+def _create_store(uri: str) -> ClientWriter:
+    """Let MLflow create its tables in a new SQLite file, without a disk sync per migration.
+
+    The file is new, so an interrupted creation loses nothing; the runs' transaction syncs
+    the whole file to disk when it commits.
+    """
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    event.listen(Engine, "connect", _unsynced)
+    try:
+        writer = ClientWriter(uri)
+        writer._client.search_experiments(max_results=1)
+        return writer
+    finally:
+        event.remove(Engine, "connect", _unsynced)
+
+
+class SqliteBulkWriter:
+    """Inserts runs straight into a current-schema MLflow SQLite store, in one transaction."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.path = sqlite_path(uri)
+        new = not self.path.exists() or self.path.stat().st_size == 0
+        self._client = _create_store(uri) if new else ClientWriter(uri)
+        self._db: sqlite3.Connection | None = None
+        self._written: list[Path] = []  # artifact folders to remove if the transaction fails
+
+    def experiment(self, name: str, location: str | None) -> tuple[str, str]:
+        """(id, artifact location) of experiment ``name``, created by MLflow when missing."""
+        return self._client.experiment(name, location)
+
+    def count_runs(self, experiment_id: str) -> int:
+        """Live runs in the experiment."""
+        with sqlite3.connect(self.path) as db:
+            row = db.execute(
+                "SELECT COUNT(*) FROM runs WHERE experiment_id = ? AND lifecycle_stage = 'active'",
+                (int(experiment_id),),
+            ).fetchone()
+        return int(row[0])
+
+    def _begin(self) -> sqlite3.Connection:
+        if self._db is None:
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            self._db.execute("BEGIN IMMEDIATE")
+        return self._db
+
+    def write_job(self, experiment_id: str, job: JobRecord, on_worker: Any = None) -> str:
+        """Insert one job's rows into the open transaction and write its artifact files."""
+        db = self._begin()
+        location = db.execute(
+            "SELECT artifact_location FROM experiments WHERE experiment_id = ?",
+            (int(experiment_id),),
+        ).fetchone()[0]
+        parent = uuid.uuid4().hex
+        runs: list[tuple[str, str, str | None]] = [(parent, job.name, None)]
+        runs += [(uuid.uuid4().hex, w.name, parent) for w in job.workers]
+        run_rows, tags = [], []
+        for run_id, name, parent_id in runs:
+            artifact_uri = f"{str(location).rstrip('/')}/{run_id}/artifacts"
+            run_rows.append(
+                (run_id, name, "UNKNOWN", "", "", "unknown", "FINISHED", job.start_ms, job.end_ms,
+                 "", "active", artifact_uri, int(experiment_id), None)
+            )  # fmt: skip
+            tags.append((RUN_NAME_TAG, name, run_id))
+            if parent_id:
+                tags.append((PARENT_TAG, parent_id, run_id))
+        db.executemany("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", run_rows)
+        db.executemany("INSERT INTO tags (key, value, run_uuid) VALUES (?,?,?)", tags)
+        for (run_id, _, _), worker in zip(runs[1:], job.workers, strict=True):
+            self._insert_worker(db, run_id, worker)
+            self._write_artifacts(location, run_id, worker.artifacts)
+            if on_worker:
+                on_worker()
+        return parent
+
+    def _insert_worker(self, db: sqlite3.Connection, run_id: str, worker: RunRecord) -> None:
+        db.executemany(
+            "INSERT INTO params (key, value, run_uuid) VALUES (?,?,?)",
+            [(k, str(v), run_id) for k, v in worker.params.items()],
+        )
+        db.executemany(
+            "INSERT INTO metrics (key, value, is_nan, timestamp, run_uuid, step)"
+            " VALUES (?,?,?,?,?,?)",
+            [(k, *_value(v), ts, run_id, step) for k, v, ts, step in worker.points],
+        )
+        db.executemany(
+            "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid)"
+            " VALUES (?,?,?,?,?,?)",
+            [
+                (k, _value(v)[0], ts, step, _value(v)[1], run_id)
+                for k, v, ts, step in _latest(worker.points).values()
+            ],
+        )
+
+    def _write_artifacts(self, location: str, run_id: str, artifacts: dict[str, str]) -> None:
+        if not artifacts:
+            return
+        base = local_artifact_dir(str(location))
+        if base is None:
+            raise StoreError(
+                f"artifact location {mask_uri(str(location))} is not a local folder; "
+                "choose one with --artifact-root DIR"
+            )
+        run_dir = base / run_id
+        self._written.append(run_dir)
+        for rel, text in artifacts.items():
+            target = run_dir / "artifacts" / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text, encoding="utf-8")
+
+    def commit(self) -> None:
+        """Commit every row written so far."""
+        if self._db is not None:
+            self._db.execute("COMMIT")
+            self._db.close()
+            self._db = None
+        self._written.clear()
+
+    def abort(self, end_ms: int, status: str) -> None:
+        """Roll back: no run of this emulation stays in the store, nor its artifact files."""
+        del end_ms, status  # nothing was committed: no run to mark
+        if self._db is not None:
+            try:
+                self._db.execute("ROLLBACK")
+            finally:
+                self._db.close()
+                self._db = None
+        for folder in self._written:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._written.clear()
+
+
+def open_writer(uri: str) -> ClientWriter | SqliteBulkWriter:
+    """The writer for ``uri``: bulk SQL for SQLite, MLflow's client for everything else."""
+    try:
+        if store_kind(uri) == SQLITE:
+            return SqliteBulkWriter(uri)
+        return ClientWriter(uri)
+    except MlflowException as exc:
+        raise _error(uri, "open the store", exc) from exc
+
+
+def environment_for_writing() -> None:
+    """Bound MLflow's HTTP retries and timeouts (unless the user set them): fail within 30 s."""
+    for name, value in (
+        ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"),
+        ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
+        ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10"),
+    ):
+        os.environ.setdefault(name, value)
