@@ -216,11 +216,12 @@ def emulate_command(
     options.params()  # fail on bad options before touching the store
     uri = resolve_tracking_uri(tracking_uri)
     from itwin_report.emulator.truth import expected_truth, write_truth
-    from itwin_report.emulator.writer import default_artifact_root, run_emulation, write_path_checks
+    from itwin_report.emulator.writer import check_truth_path, default_artifact_root, run_emulation
 
     root = artifact_root or default_artifact_root(uri)
-    write_path_checks(options, uri, truth_path, root, migrate)
-    result = run_emulation(options, uri, show_progress=True, artifact_root=root)
+    if truth_path:
+        check_truth_path(truth_path, uri, root)
+    result = run_emulation(options, uri, show_progress=True, artifact_root=root, migrate=migrate)
     if truth_path:
         write_truth(expected_truth(options), truth_path)
     click.echo(_summary(result, truth_path))

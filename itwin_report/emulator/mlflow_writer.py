@@ -13,7 +13,8 @@ import shutil
 import sqlite3
 import tempfile
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -186,6 +187,20 @@ class ClientWriter:
 
 
 RunWriter = ClientWriter  # run by run, with caller-chosen timestamps (test stores, benchmarks)
+
+
+def upgrade_store(uri: str) -> None:
+    """Let MLflow upgrade an older MLflow database to its current schema (``--migrate``)."""
+    import sqlalchemy
+    from mlflow.store.db.utils import _upgrade_db
+
+    engine = sqlalchemy.create_engine(uri)
+    try:
+        _upgrade_db(engine)
+    except Exception as exc:
+        raise _error(uri, "upgrade the store", exc) from None
+    finally:
+        engine.dispose()
 
 
 def mlflow_schema_head() -> str:
@@ -361,11 +376,17 @@ def open_writer(uri: str) -> ClientWriter | SqliteBulkWriter:
         raise _error(uri, "open the store", exc) from exc
 
 
-def environment_for_writing() -> None:
-    """Bound MLflow's HTTP retries and timeouts (unless the user set them): fail within 30 s."""
-    for name, value in (
-        ("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1"),
-        ("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1"),
-        ("MLFLOW_HTTP_REQUEST_TIMEOUT", "10"),
-    ):
-        os.environ.setdefault(name, value)
+# a server that stops answering fails the emulation within 30 s; MLflow's own variables win
+HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "25"}
+
+
+@contextmanager
+def bounded_http() -> Iterator[None]:
+    """MLflow's HTTP retries and timeout bounded (unless set by the user) while writing."""
+    added = [name for name in HTTP_LIMITS if name not in os.environ]
+    os.environ.update({name: HTTP_LIMITS[name] for name in added})
+    try:
+        yield
+    finally:
+        for name in added:
+            os.environ.pop(name, None)

@@ -103,7 +103,10 @@ class EmulationOptions:
     def params(self) -> ModelParams:
         """Preset, then --gpus-per-node and --epochs, then --set; validated."""
         self.validate()
-        p = preset(self.preset)
+        try:
+            p = preset(self.preset)
+        except ReportError as exc:
+            raise OptionError(str(exc)) from None
         if self.gpus_per_node is not None:
             p = replace(p, gpus_per_node=self.gpus_per_node)
         if self.epochs is not None:

@@ -53,17 +53,17 @@ def sqlite_state(path: Path) -> str | None:
     return str(row[0]) if row else ""
 
 
-def check_schema(path: Path, revision: str | None, migrate: bool) -> None:
-    """Refuse a store of another MLflow schema unless ``migrate`` (never a newer one)."""
+def check_schema(path: Path, revision: str | None, migrate: bool) -> bool:
+    """Refuse a store of another MLflow schema unless ``migrate``; True when it needs upgrading."""
     if revision is None:
-        return
+        return False
     from itwin_report.emulator.mlflow_writer import mlflow_schema_head
 
     head = mlflow_schema_head()
     if revision == head:
-        return
+        return False
     if migrate and revision:
-        return  # MLflow upgrades it when the writer opens it
+        return True
     raise StoreError(
         f"{path} has MLflow schema {revision or 'unknown'}, this MLflow writes {head}; "
         "emulate does not change another version's store (pass --migrate to upgrade it in place)"

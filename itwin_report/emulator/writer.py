@@ -136,8 +136,13 @@ def run_emulation(
     show_progress: bool = False,
     hook: Hook | None = None,
     artifact_root: str | None = None,
+    migrate: bool = False,
 ) -> EmulationResult:
     """Emulate every job of ``options`` and log it to ``tracking_uri``.
+
+    Options and target are checked before anything is written (see ``check_target``);
+    ``artifact_root`` places a new experiment's artifacts, ``migrate`` lets MLflow upgrade an
+    older MLflow SQLite store first.
 
     SQLite stores get every run in one transaction: on any exception nothing is kept. Other
     stores are written run by run; on an exception the runs left open are marked KILLED
@@ -145,11 +150,30 @@ def run_emulation(
     """
     started = time.perf_counter()
     p = options.params()
+    upgrade = check_target(tracking_uri, migrate)
     check_reachable(tracking_uri)
     _prepare_store(tracking_uri)
     from itwin_report.emulator import mlflow_writer
 
-    mlflow_writer.environment_for_writing()
+    if upgrade:
+        mlflow_writer.upgrade_store(tracking_uri)
+
+    with mlflow_writer.bounded_http():
+        result = _emulate(options, p, tracking_uri, show_progress, hook, artifact_root)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _emulate(
+    options: EmulationOptions,
+    p: ModelParams,
+    tracking_uri: str,
+    show_progress: bool,
+    hook: Hook | None,
+    artifact_root: str | None,
+) -> EmulationResult:
+    from itwin_report.emulator import mlflow_writer
+
     try:
         writer = mlflow_writer.open_writer(tracking_uri)
         name = options.experiment_name
@@ -192,7 +216,6 @@ def run_emulation(
         if isinstance(exc, OSError) and not isinstance(exc, ReportError):
             raise StoreError(f"writing the artifacts failed: {exc.strerror or exc}") from None
         raise
-    result.seconds = time.perf_counter() - started
     return result
 
 
@@ -204,25 +227,30 @@ def _check_empty(count: int, options: EmulationOptions) -> None:
         )
 
 
-def write_path_checks(options: EmulationOptions, uri: str, truth_path: str | None,
-                      artifact_root: str | None, migrate: bool) -> None:  # fmt: skip
-    """Every check on the target and the output file, made before anything is written."""
+def check_target(uri: str, migrate: bool = False) -> bool:
+    """Refuse a local store this emulation must not write to; True when it is to be upgraded."""
     from itwin_report.emulator import target
     from itwin_report.store.uri import FILE, file_store_path
 
     kind = store_kind(uri)
-    artifact_dirs: list[Path] = []
     if kind == SQLITE:
         db = sqlite_path(uri)
-        revision = target.sqlite_state(db)
-        target.check_schema(db, revision, migrate)
-        artifact_dirs.append(db.expanduser().resolve().parent / "artifacts")
-    elif kind == FILE:
+        return target.check_schema(db, target.sqlite_state(db), migrate)
+    if kind == FILE:
         target.check_file_store(file_store_path(uri))
+    return False
+
+
+def check_truth_path(truth_path: str, uri: str, artifact_root: str | None) -> None:
+    """Refuse a truth file that is the store, inside it, or inside its artifact folders."""
+    from itwin_report.emulator import target
+
+    artifact_dirs: list[Path] = []
+    if store_kind(uri) == SQLITE:
+        artifact_dirs.append(sqlite_path(uri).expanduser().resolve().parent / "artifacts")
     if artifact_root and "://" not in artifact_root:
         artifact_dirs.append(Path(artifact_root).expanduser().resolve())
-    if truth_path:
-        target.check_output(truth_path, uri, artifact_dirs)
+    target.check_output(truth_path, uri, artifact_dirs)
 
 
 def default_artifact_root(uri: str) -> str | None:
