@@ -381,12 +381,22 @@ HTTP_LIMITS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIME
 
 
 @contextmanager
-def bounded_http() -> Iterator[None]:
-    """MLflow's HTTP retries and timeout bounded (unless set by the user) while writing."""
-    added = [name for name in HTTP_LIMITS if name not in os.environ]
-    os.environ.update({name: HTTP_LIMITS[name] for name in added})
+def writing_environment(uri: str) -> Iterator[None]:
+    """MLflow's HTTP retries and timeout bounded (unless set by the user) while writing.
+
+    ``MLFLOW_TRACKING_URI`` names the target too: clients before MLflow 3 resolve
+    ``mlflow-artifacts:`` roots against it, not against the client's own URI.
+    """
+    settings = {**HTTP_LIMITS, "MLFLOW_TRACKING_URI": uri}
+    saved = {name: os.environ.get(name) for name in settings}
+    for name, value in settings.items():
+        if name == "MLFLOW_TRACKING_URI" or saved[name] is None:
+            os.environ[name] = value
     try:
         yield
     finally:
-        for name in added:
-            os.environ.pop(name, None)
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

@@ -158,7 +158,7 @@ def run_emulation(
     if upgrade:
         mlflow_writer.upgrade_store(tracking_uri)
 
-    with mlflow_writer.bounded_http():
+    with mlflow_writer.writing_environment(tracking_uri):
         result = _emulate(options, p, tracking_uri, show_progress, hook, artifact_root)
     result.seconds = time.perf_counter() - started
     return result
