@@ -395,8 +395,8 @@ def writing_environment(uri: str) -> Iterator[None]:
     try:
         yield
     finally:
-        for name, value in saved.items():
-            if value is None:
+        for name, old in saved.items():
+            if old is None:
                 os.environ.pop(name, None)
             else:
-                os.environ[name] = value
+                os.environ[name] = old
