@@ -335,7 +335,7 @@ class SqliteBulkWriter:
         if base is None:
             raise StoreError(
                 f"artifact location {mask_uri(str(location))} is not a local folder; "
-                "choose one with --artifact-root DIR"
+                "emulate into a new experiment with --artifact-root DIR"
             )
         run_dir = base / run_id
         self._written.append(run_dir)
