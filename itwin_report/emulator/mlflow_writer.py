@@ -22,7 +22,7 @@ from typing import Any
 from itwin_report.errors import StoreError
 from itwin_report.masking import mask_text, mask_uri
 from itwin_report.store import mlflow_api
-from itwin_report.store.uri import SQLITE, local_artifact_dir, sqlite_path, store_kind
+from itwin_report.store.uri import SQL, SQLITE, local_artifact_dir, sqlite_path, store_kind
 
 PARENT_TAG = mlflow_api.PARENT_TAG
 RUN_NAME_TAG = "mlflow.runName"
@@ -250,127 +250,195 @@ def _create_store(uri: str) -> ClientWriter:
         event.remove(Engine, "connect", _unsynced)
 
 
-class SqliteBulkWriter:
-    """Inserts runs straight into a current-schema MLflow SQLite store, in one transaction."""
+def job_rows(
+    experiment_id: str, location: str, job: JobRecord
+) -> tuple[str, list[str], dict[str, list[dict[str, Any]]]]:
+    """(top-level run id, worker run ids, rows per MLflow table) of one job."""
+    parent = uuid.uuid4().hex
+    ids = [uuid.uuid4().hex for _ in job.workers]
+    rows: dict[str, list[dict[str, Any]]] = {
+        t: [] for t in ("runs", "tags", "params", "metrics", "latest_metrics")
+    }
+    names = [(parent, job.name, None)] + [
+        (run_id, w.name, parent) for run_id, w in zip(ids, job.workers, strict=True)
+    ]
+    for run_id, name, parent_id in names:
+        rows["runs"].append(
+            {"run_uuid": run_id, "name": name, "source_type": "UNKNOWN", "source_name": "",
+             "entry_point_name": "", "user_id": "unknown", "status": "FINISHED",
+             "start_time": job.start_ms, "end_time": job.end_ms, "deleted_time": None,
+             "source_version": "", "lifecycle_stage": "active",
+             "artifact_uri": f"{location.rstrip('/')}/{run_id}/artifacts",
+             "experiment_id": int(experiment_id)}
+        )  # fmt: skip
+        rows["tags"].append({"key": RUN_NAME_TAG, "value": name, "run_uuid": run_id})
+        if parent_id:
+            rows["tags"].append({"key": PARENT_TAG, "value": parent_id, "run_uuid": run_id})
+    for run_id, worker in zip(ids, job.workers, strict=True):
+        rows["params"] += [
+            {"key": k, "value": str(v), "run_uuid": run_id} for k, v in worker.params.items()
+        ]
+        for table, points in (("metrics", worker.points), ("latest_metrics",
+                              list(_latest(worker.points).values()))):  # fmt: skip
+            rows[table] += [
+                {"key": k, "value": _value(v)[0], "is_nan": bool(_value(v)[1]), "timestamp": ts,
+                 "step": step, "run_uuid": run_id}
+                for k, v, ts, step in points
+            ]  # fmt: skip
+    return parent, ids, rows
 
-    def __init__(self, uri: str) -> None:
+
+class BulkWriter:
+    """Inserts runs straight into a current-schema MLflow database, in one transaction.
+
+    MLflow itself creates the store (when new) and the experiment; the rows of every job are
+    then inserted into the open transaction, committed once at the end.
+    """
+
+    def __init__(self, uri: str, client: ClientWriter) -> None:
         self.uri = uri
-        self.path = sqlite_path(uri)
-        new = not self.path.exists() or self.path.stat().st_size == 0
-        self._client = _create_store(uri) if new else ClientWriter(uri)
-        self._db: sqlite3.Connection | None = None
+        self._client = client
         self._written: list[Path] = []  # artifact folders to remove if the transaction fails
+        self._locations: dict[str, str] = {}
 
     def experiment(self, name: str, location: str | None) -> tuple[str, str]:
         """(id, artifact location) of experiment ``name``, created by MLflow when missing."""
-        return self._client.experiment(name, location)
+        exp_id, actual = self._client.experiment(name, location)
+        self._locations[exp_id] = actual
+        return exp_id, actual
 
     def count_runs(self, experiment_id: str) -> int:
-        """Live runs in the experiment."""
-        with sqlite3.connect(self.path) as db:
-            row = db.execute(
-                "SELECT COUNT(*) FROM runs WHERE experiment_id = ? AND lifecycle_stage = 'active'",
-                (int(experiment_id),),
-            ).fetchone()
-        return int(row[0])
-
-    def _begin(self) -> sqlite3.Connection:
-        if self._db is None:
-            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
-            self._db.execute("BEGIN IMMEDIATE")
-        return self._db
+        """Live runs in the experiment (up to one page)."""
+        return self._client.count_runs(experiment_id)
 
     def write_job(self, experiment_id: str, job: JobRecord, on_worker: Any = None) -> str:
         """Insert one job's rows into the open transaction and write its artifact files."""
-        db = self._begin()
-        location = db.execute(
-            "SELECT artifact_location FROM experiments WHERE experiment_id = ?",
-            (int(experiment_id),),
-        ).fetchone()[0]
-        parent = uuid.uuid4().hex
-        runs: list[tuple[str, str, str | None]] = [(parent, job.name, None)]
-        runs += [(uuid.uuid4().hex, w.name, parent) for w in job.workers]
-        run_rows, tags = [], []
-        for run_id, name, parent_id in runs:
-            artifact_uri = f"{str(location).rstrip('/')}/{run_id}/artifacts"
-            run_rows.append(
-                (run_id, name, "UNKNOWN", "", "", "unknown", "FINISHED", job.start_ms, job.end_ms,
-                 "", "active", artifact_uri, int(experiment_id), None)
-            )  # fmt: skip
-            tags.append((RUN_NAME_TAG, name, run_id))
-            if parent_id:
-                tags.append((PARENT_TAG, parent_id, run_id))
-        db.executemany("INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", run_rows)
-        db.executemany("INSERT INTO tags (key, value, run_uuid) VALUES (?,?,?)", tags)
-        for (run_id, _, _), worker in zip(runs[1:], job.workers, strict=True):
-            self._insert_worker(db, run_id, worker)
-            self._write_artifacts(location, run_id, worker.artifacts)
+        location = self._locations[experiment_id]
+        base = local_artifact_dir(location)
+        if base is None and any(w.artifacts for w in job.workers):
+            raise StoreError(
+                f"artifact location {mask_uri(location)} is not a local folder; "
+                "emulate into a new experiment with --artifact-root DIR"
+            )
+        parent, ids, rows = job_rows(experiment_id, location, job)
+        self._insert(rows)
+        for run_id, worker in zip(ids, job.workers, strict=True):
+            if base is not None:
+                self._write_artifacts(base / run_id, worker.artifacts)
             if on_worker:
                 on_worker()
         return parent
 
-    def _insert_worker(self, db: sqlite3.Connection, run_id: str, worker: RunRecord) -> None:
-        db.executemany(
-            "INSERT INTO params (key, value, run_uuid) VALUES (?,?,?)",
-            [(k, str(v), run_id) for k, v in worker.params.items()],
-        )
-        db.executemany(
-            "INSERT INTO metrics (key, value, is_nan, timestamp, run_uuid, step)"
-            " VALUES (?,?,?,?,?,?)",
-            [(k, *_value(v), ts, run_id, step) for k, v, ts, step in worker.points],
-        )
-        db.executemany(
-            "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid)"
-            " VALUES (?,?,?,?,?,?)",
-            [
-                (k, _value(v)[0], ts, step, _value(v)[1], run_id)
-                for k, v, ts, step in _latest(worker.points).values()
-            ],
-        )
-
-    def _write_artifacts(self, location: str, run_id: str, artifacts: dict[str, str]) -> None:
+    def _write_artifacts(self, run_dir: Path, artifacts: dict[str, str]) -> None:
         if not artifacts:
             return
-        base = local_artifact_dir(str(location))
-        if base is None:
-            raise StoreError(
-                f"artifact location {mask_uri(str(location))} is not a local folder; "
-                "emulate into a new experiment with --artifact-root DIR"
-            )
-        run_dir = base / run_id
         self._written.append(run_dir)
         for rel, text in artifacts.items():
             target = run_dir / "artifacts" / rel
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(text, encoding="utf-8")
 
+    def _insert(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        raise NotImplementedError
+
+    def _end(self, commit: bool) -> None:
+        raise NotImplementedError
+
     def commit(self) -> None:
         """Commit every row written so far."""
-        if self._db is not None:
-            self._db.execute("COMMIT")
-            self._db.close()
-            self._db = None
+        self._end(commit=True)
         self._written.clear()
 
     def abort(self, end_ms: int, status: str) -> None:
         """Roll back: no run of this emulation stays in the store, nor its artifact files."""
         del end_ms, status  # nothing was committed: no run to mark
-        if self._db is not None:
-            try:
-                self._db.execute("ROLLBACK")
-            finally:
-                self._db.close()
-                self._db = None
-        for folder in self._written:
-            shutil.rmtree(folder, ignore_errors=True)
-        self._written.clear()
+        try:
+            self._end(commit=False)
+        finally:
+            for folder in self._written:
+                shutil.rmtree(folder, ignore_errors=True)
+            self._written.clear()
 
 
-def open_writer(uri: str) -> ClientWriter | SqliteBulkWriter:
-    """The writer for ``uri``: bulk SQL for SQLite, MLflow's client for everything else."""
+class SqliteBulkWriter(BulkWriter):
+    """Bulk rows into an SQLite store through the standard library's sqlite3."""
+
+    def __init__(self, uri: str) -> None:
+        path = sqlite_path(uri)
+        new = not path.exists() or path.stat().st_size == 0
+        super().__init__(uri, _create_store(uri) if new else ClientWriter(uri))
+        self.path = path
+        self._db: sqlite3.Connection | None = None
+
+    def _insert(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        if self._db is None:
+            self._db = sqlite3.connect(self.path, isolation_level=None, timeout=30)
+            self._db.execute("BEGIN IMMEDIATE")
+        for table, items in rows.items():
+            if items:
+                columns = list(items[0])
+                sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES "
+                sql += f"({', '.join(':' + c for c in columns)})"
+                self._db.executemany(sql, items)
+
+    def _end(self, commit: bool) -> None:
+        if self._db is None:
+            return
+        try:
+            self._db.execute("COMMIT" if commit else "ROLLBACK")
+        finally:
+            self._db.close()
+            self._db = None
+
+
+class SqlAlchemyBulkWriter(BulkWriter):
+    """Bulk rows into a database server's store (PostgreSQL, MySQL) through SQLAlchemy."""
+
+    def __init__(self, uri: str) -> None:
+        super().__init__(uri, ClientWriter(uri))  # MLflow creates or verifies the schema
+        self._conn: Any = None
+        self._trans: Any = None
+
+    def _insert(self, rows: dict[str, list[dict[str, Any]]]) -> None:
+        import sqlalchemy
+
+        if self._conn is None:
+            self._engine = sqlalchemy.create_engine(self.uri)
+            self._conn = self._engine.connect()
+            self._trans = self._conn.begin()
+        meta = _tables()
+        for table, items in rows.items():
+            if items:
+                self._conn.execute(sqlalchemy.insert(meta[table]), items)
+
+    def _end(self, commit: bool) -> None:
+        if self._conn is None:
+            return
+        try:
+            (self._trans.commit if commit else self._trans.rollback)()
+        finally:
+            self._conn.close()
+            self._engine.dispose()
+            self._conn = None
+
+
+def _tables() -> dict[str, Any]:
+    """MLflow's own table definitions, by table name."""
+    from mlflow.store.tracking.dbmodels import models
+
+    classes = (models.SqlRun, models.SqlTag, models.SqlParam, models.SqlMetric,
+               models.SqlLatestMetric)  # fmt: skip
+    return {c.__tablename__: c.__table__ for c in classes}
+
+
+def open_writer(uri: str) -> ClientWriter | BulkWriter:
+    """The writer for ``uri``: bulk SQL for databases, MLflow's client for servers and files."""
     try:
-        if store_kind(uri) == SQLITE:
+        kind = store_kind(uri)
+        if kind == SQLITE:
             return SqliteBulkWriter(uri)
+        if kind == SQL:
+            return SqlAlchemyBulkWriter(uri)
         return ClientWriter(uri)
     except MlflowException as exc:
         raise _error(uri, "open the store", exc) from exc

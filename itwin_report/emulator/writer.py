@@ -144,7 +144,7 @@ def run_emulation(
     ``artifact_root`` places a new experiment's artifacts, ``migrate`` lets MLflow upgrade an
     older MLflow SQLite store first.
 
-    SQLite stores get every run in one transaction: on any exception nothing is kept. Other
+    Database stores get every run in one transaction: on any exception nothing is kept. Other
     stores are written run by run; on an exception the runs left open are marked KILLED
     (KeyboardInterrupt) or FAILED. MLflow errors become :class:`StoreError`.
     """
