@@ -211,3 +211,24 @@ def test_http_emulation_uploads_artifacts_through_the_server(
         assert "gpu_power_W" in w.data.metrics
         assert "local_samples_per_sec" not in w.data.metrics
         assert "samples_per_epoch" not in w.data.params
+
+
+def test_remote_artifact_root_goes_through_the_client(
+    tmp_path: Path, mlflow_server: tuple[str, str]
+) -> None:
+    url, backend = mlflow_server
+    uri = _uri(tmp_path)
+    options = EmulationOptions(
+        strategies=("horovod",), workers=(2,), epochs=1, repeats=1,
+        overrides=("samples_per_epoch=500",), experiment_name="remote-artifacts",
+    )  # fmt: skip
+    root = f"{url}/api/2.0/mlflow-artifacts/artifacts/emulated"
+    result = run_emulation(options, uri, artifact_root=root)
+    assert result.artifact_location == f"{root}/remote-artifacts"
+    served = Path(backend.removeprefix("sqlite:///")).parent / "artifacts" / "emulated"
+    assert len(list(served.rglob("*.csv"))) == 2  # uploaded to the server, one per worker
+    assert not (tmp_path / "store" / "artifacts").exists()
+    client, runs = _runs(uri, "remote-artifacts")
+    worker = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    local = client.download_artifacts(worker.info.run_id, PROFILE_ARTIFACT, str(tmp_path))
+    assert Path(local).read_text().startswith("name,node_id,")

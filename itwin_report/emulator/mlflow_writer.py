@@ -1,8 +1,9 @@
-"""Writing emulated runs: MLflow's client for servers and file stores, bulk SQL for SQLite.
+"""Writing emulated runs: MLflow's client for servers and file stores, bulk SQL for databases.
 
-A new SQLite store is created by MLflow itself (so its schema is MLflow's own); the runs are then
+A new store is created by MLflow itself (so its schema is MLflow's own); the runs are then
 inserted in one transaction straight into MLflow's tables, which MLflow's client reads back like
-any other run. Every other store goes through ``MlflowClient`` with batched calls.
+any other run. Servers and file stores (and experiments whose artifacts are not local) go
+through ``MlflowClient`` with batched calls.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def _error(uri: str, what: str, exc: BaseException) -> StoreError:
 
 
 class ClientWriter:
-    """Writes through ``MlflowClient`` (HTTP servers, file stores, other SQL databases)."""
+    """Writes through ``MlflowClient`` (HTTP servers, file stores, remote artifact stores)."""
 
     def __init__(self, uri: str) -> None:
         self.uri = uri

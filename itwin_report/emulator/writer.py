@@ -19,7 +19,7 @@ from itwin_report.errors import ReportError, StoreError
 from itwin_report.masking import mask_text, mask_uri
 from itwin_report.progress import progress
 from itwin_report.schema import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
-from itwin_report.store.uri import SQLITE, sqlite_path, store_kind
+from itwin_report.store.uri import SQLITE, local_artifact_dir, sqlite_path, store_kind
 
 EPOCH_MS = 1_767_600_000_000  # 2026-01-05T08:00:00Z, the emulated clock's origin
 GAP_S = (20.0, 90.0)  # idle time before each job, drawn from the seed
@@ -179,6 +179,9 @@ def _emulate(
         name = options.experiment_name
         location = mlflow_writer.artifact_location(tracking_uri, name, artifact_root)
         exp_id, actual_location = writer.experiment(name, location)
+        remote = not local_artifact_dir(actual_location)
+        if isinstance(writer, mlflow_writer.BulkWriter) and remote:  # uploaded by the client
+            writer = mlflow_writer.ClientWriter(tracking_uri)
         _check_empty(writer.count_runs(exp_id), options)
     except ModuleNotFoundError as exc:
         raise StoreError(
