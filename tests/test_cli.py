@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.emulator import EmulationOptions, run_emulation
@@ -38,7 +38,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args), env=env)
+    result = cli_runner().invoke(main, list(args), env=env)
     return result.exit_code, result.stdout, result.stderr
 
 
