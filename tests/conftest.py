@@ -10,7 +10,6 @@ stores: MLflow writes and reads them as usual.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import shutil
@@ -41,43 +40,6 @@ def cli_runner() -> CliRunner:
         return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
     except TypeError:
         return CliRunner()
-
-
-def _version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in text.split(".")[:2] if part.isdigit())
-
-
-# MLflow clients before 3.7 cannot log_text to an ``mlflow-artifacts:`` location (what an
-# ``mlflow server`` hands out), so ``emulate`` over HTTP fails with them until its writer
-# uploads artifacts another way
-xfail_old_client_artifacts = pytest.mark.xfail(
-    _version(importlib.metadata.version("mlflow")) < (3, 7),
-    strict=True,
-    reason="log_text to an mlflow-artifacts: location with an MLflow client before 3.7",
-)
-
-
-# MLflow 2.x servers run gunicorn, whose default request line is 4,094 bytes: a bulk-history GET
-# naming 100 run ids is refused with HTTP 400 until the reader batches its requests
-xfail_gunicorn_request_line = pytest.mark.xfail(
-    _version(importlib.metadata.version("mlflow")) < (3,),
-    strict=True,
-    reason="bulk-history GET of 100 run ids exceeds gunicorn's 4,094-byte request line",
-)
-# tests of other modules that fail on the oldest supported MLflow until the reading and writing
-# code handles it; strict, so each entry is removed once its test passes
-KNOWN_OLD_MLFLOW_FAILURES = {
-    "tests/test_store_http.py::test_http_matches_direct_sql": xfail_old_client_artifacts,
-    "tests/test_store_http.py::test_http_artifacts_are_downloaded": xfail_old_client_artifacts,
-    "tests/test_store_http.py::test_bulk_histories_are_complete": xfail_gunicorn_request_line,
-}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        mark = KNOWN_OLD_MLFLOW_FAILURES.get(item.nodeid)
-        if mark is not None:
-            item.add_marker(mark)
 
 
 # metric formulas of the sample experiment (tests recompute expected values from them)

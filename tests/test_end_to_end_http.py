@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import cli_runner, xfail_old_client_artifacts
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.emulator import EmulationOptions, expected_truth, run_emulation
@@ -13,7 +13,6 @@ from itwin_report.emulator import EmulationOptions, expected_truth, run_emulatio
 pytestmark = pytest.mark.server
 
 
-@xfail_old_client_artifacts
 def test_emulate_and_report_through_a_server(mlflow_server: tuple[str, str], tmp_path) -> None:
     url, backend = mlflow_server
     options = EmulationOptions(

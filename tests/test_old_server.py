@@ -87,9 +87,6 @@ def test_a_naive_bulk_request_would_not_fit(old_server: Any) -> None:
     assert len(line) > GUNICORN_LIMIT
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the reader's bulk-history GET names 100 run ids: HTTP 400 from gunicorn"
-)
 def test_report_through_the_old_server_matches_the_database(old_server: Any) -> None:
     url, backend, _ = old_server
     over_http = report(url)

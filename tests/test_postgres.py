@@ -14,7 +14,7 @@ from typing import Any
 
 import mlflow
 import pytest
-from conftest import cli_runner, running_mlflow_server, xfail_old_client_artifacts
+from conftest import cli_runner, running_mlflow_server
 
 from itwin_report.cli import main
 from itwin_report.emulator import EmulationOptions, expected_truth, run_emulation
@@ -68,7 +68,6 @@ def test_emulate_into_postgres_and_read_it_directly(
         assert doc[table] == from_sqlite[table], table
 
 
-@xfail_old_client_artifacts
 def test_report_through_a_server_backed_by_postgres(
     postgres: Any, from_sqlite: dict[str, Any], tmp_path: Path
 ) -> None:
