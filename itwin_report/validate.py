@@ -194,9 +194,11 @@ def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
         if not mine.any():
             continue
         wrong = mine & ~valid.ok(metrics["value"])
+        nans = int((wrong & metrics["value"].isna().to_numpy()).sum())
         notes.add(
             int(wrong.sum()),
-            f"dropped {{n}} {key} point(s) of {{runs}}: not {valid}",
+            f"dropped {{n}} {key} point(s) of {{runs}}: not {valid}"
+            + (f" ({nans} NaN)" if nans else ""),
             metrics["run_id"][wrong],
         )
         keep &= ~wrong

@@ -39,11 +39,11 @@ def cpu_profile(strategy: str, gpus: int, rank: int) -> str:
 
 @pytest.fixture(scope="module")
 def itwinai_store(tmp_path_factory: pytest.TempPathFactory) -> str:
-    from itwin_report.store import mlflow_api
+    from itwin_report.emulator import mlflow_writer
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('itwinai') / 'mlflow.db'}"
-    w = mlflow_api.RunWriter(uri)
-    exp = w.experiment_id("itwinai", mlflow_api.default_artifact_location(uri, "itwinai"))
+    w = mlflow_writer.RunWriter(uri)
+    exp = w.experiment_id("itwinai", mlflow_writer.artifact_location(uri, "itwinai"))
     for name, strategy, size, batches, seconds in JOBS:
         top = w.create_run(exp, name, T0)
         ranks = []

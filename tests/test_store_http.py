@@ -55,7 +55,9 @@ def test_http_matches_direct_sql(mlflow_server: tuple[str, str], http_scaling: d
     pd.testing.assert_frame_equal(over_http.runs, direct.runs)
     pd.testing.assert_frame_equal(over_http.metrics, direct.metrics)
     # the NaN point survives JSON and is then dropped as invalid, on both paths alike
-    nan_dropped = "dropped 1 gpu_utilization_percent point(s) of 'ddp-8': not >= 0 and <= 100"
+    nan_dropped = (
+        "dropped 1 gpu_utilization_percent point(s) of 'ddp-8': not >= 0 and <= 100 (1 NaN)"
+    )
     assert nan_dropped in over_http.warnings and nan_dropped in direct.warnings
 
 

@@ -126,7 +126,7 @@ def test_warnings(scaling_sqlite: Store) -> None:
         "self_cuda_time_total); ignored",
         f"1 metric points repeat a (run, key, step) already logged; the latest of each was kept "
         f"(runs {ids['jobs'][2][2][0][:8]})",
-        "dropped 1 gpu_utilization_percent point(s) of 'ddp-8': not >= 0 and <= 100",
+        "dropped 1 gpu_utilization_percent point(s) of 'ddp-8': not >= 0 and <= 100 (1 NaN)",
     ]
 
 

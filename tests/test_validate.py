@@ -41,11 +41,11 @@ def epochs(*values: float) -> list:
 @pytest.fixture(scope="module")
 def hostile(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A store full of impossible values (see each job's comment)."""
-    from itwin_report.store import mlflow_api
+    from itwin_report.emulator import mlflow_writer
 
     uri = f"sqlite:///{tmp_path_factory.mktemp('hostile') / 'mlflow.db'}"
-    w = mlflow_api.RunWriter(uri)
-    exp = w.experiment_id("hostile", mlflow_api.default_artifact_location(uri, "hostile"))
+    w = mlflow_writer.RunWriter(uri)
+    exp = w.experiment_id("hostile", mlflow_writer.artifact_location(uri, "hostile"))
     # 1 GPU: epoch 2 logged twice (kept once); power -5 and inf, utilization 1e6, interval 0
     power = [("gpu_power_W", v, s) for s, v in enumerate([100.0, -5.0, INF, 120.0])]
     util = [("gpu_utilization_percent", v, s) for s, v in enumerate([50.0, 1e6, 70.0])]
