@@ -8,6 +8,9 @@ runs with GPU samples on every rank and epoch times on rank 0, then measures in 
           and the same profiler CSVs with the csv module into one frame
 * naive:  one ``MlflowClient.get_metric_history`` call per run and metric key (itwinai's way)
 * help:   ``itwin-report --help`` wall time (median of 5)
+* 10k:    a 10,000-worker-run experiment (4 M GPU points), written in bulk straight into a
+          SQLite store of MLflow's schema: the report's CPU time and peak memory against the same
+          one-query-per-table floor (skipped with BENCH_SKIP_BIG=1)
 
 Prints the times and the ratios report/floor (target <= 2) and naive/report.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -34,6 +38,9 @@ EPOCHS = 10
 STRATEGIES = ("deepspeed", "horovod", "torch-ddp")
 T0 = 1_767_600_000_000  # 2026-01-05, ms
 BIN = Path(sys.executable).parent
+REPORT = [sys.executable, "-m", "itwin_report"]  # the code of this checkout (PYTHONPATH)
+BIG_DB = OUT / "bench-10k.db"
+BIG_JOBS, BIG_RANKS = 500, 20  # 10,000 worker runs, 200 samples x 2 keys each: 4 M points
 
 FLOOR_SCRIPT = r"""
 import csv, sqlite3, sys, pandas as pd
@@ -138,7 +145,7 @@ def naive_seconds() -> float:
 def main() -> None:
     build_store()
     report_cmd = [
-        str(BIN / "itwin-report"),
+        *REPORT,
         "generate-scalability-report",
         "--tracking-uri",
         URI,
@@ -155,7 +162,7 @@ def main() -> None:
     floor_s = min(timed(floor_cmd)[0] for _ in range(3))
     out = json.loads(timed(report_cmd)[1])
     rows = sum(r["runs"] for r in out["epoch_time"])
-    help_s = statistics.median(timed([str(BIN / "itwin-report"), "--help"])[0] for _ in range(5))
+    help_s = statistics.median(timed([*REPORT, "--help"])[0] for _ in range(5))
     naive_s = naive_seconds() if os.environ.get("BENCH_SKIP_NAIVE") != "1" else float("nan")
     print(
         f"experiment: {JOBS * RANKS} worker runs, {JOBS * RANKS * SAMPLES * 2:,} GPU points "
@@ -167,6 +174,104 @@ def main() -> None:
     print(f"ratio report/floor: {report_s / floor_s:.2f}  (target <= 2)")
     print(f"ratio naive/report: {naive_s / report_s:.1f}")
     print(f"itwin-report --help: {help_s * 1000:.0f} ms (median of 5; target < 300 ms)")
+
+    if os.environ.get("BENCH_SKIP_BIG") != "1":
+        big()
+
+
+def build_big_store() -> None:
+    """10,000 worker runs in MLflow's schema, inserted in bulk (cached: skipped when present)."""
+    if BIG_DB.exists():
+        return
+    sys.path.insert(0, str(ROOT.parent))
+    from itwin_report.store.mlflow_api import client
+
+    OUT.mkdir(parents=True, exist_ok=True)
+    tmp = BIG_DB.with_suffix(".tmp")
+    tmp.unlink(missing_ok=True)
+    client(f"sqlite:///{tmp}").create_experiment("bench-10k")  # MLflow creates the schema
+    con = sqlite3.connect(tmp)
+    eid = con.execute("SELECT experiment_id FROM experiments WHERE name = 'bench-10k'").fetchone()
+    runs, tags, params, metrics = [], [], [], []
+    for job in range(BIG_JOBS):
+        strategy = STRATEGIES[job % len(STRATEGIES)]
+        t_job = T0 + job * 3_600_000
+        top = f"{job:08d}" + "f" * 24
+        runs.append((top, f"{strategy}-{BIG_RANKS}", t_job))
+        for rank in range(BIG_RANKS):
+            run = f"{job:08d}{rank:08d}" + "0" * 16
+            runs.append((run, f"worker_{rank}", t_job))
+            tags.append(("mlflow.parentRunId", top, run))
+            params += [
+                ("strategy", strategy, run),
+                ("global_rank", str(rank), run),
+                ("global_world_size", str(BIG_RANKS), run),
+                ("probing_interval", "1", run),
+            ]
+            for s in range(SAMPLES):
+                util = 60.0 + (rank * 7 + s * 13 + job) % 40
+                metrics.append(("gpu_utilization_percent", util, t_job + s * 1000, run, s))
+                metrics.append(("gpu_power_W", 90.0 + 3.0 * util, t_job + s * 1000, run, s))
+            if rank == 0:
+                metrics += [
+                    ("epoch_time_s", 20.0 + (e * 3 + job) % 5, t_job + e * 20_000, run, e)
+                    for e in range(EPOCHS)
+                ]
+    con.executemany(
+        "INSERT INTO runs (run_uuid, name, source_type, status, start_time, end_time, "
+        "lifecycle_stage, artifact_uri, experiment_id) "
+        f"VALUES (?, ?, 'LOCAL', 'FINISHED', ?, 1, 'active', '', {eid[0]})",
+        runs,
+    )
+    con.executemany("INSERT INTO tags VALUES (?, ?, ?)", tags)
+    con.executemany("INSERT INTO params VALUES (?, ?, ?)", params)
+    con.executemany(
+        "INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
+        "VALUES (?, ?, ?, ?, ?, 0)",
+        metrics,
+    )
+    con.commit()
+    con.close()
+    tmp.rename(BIG_DB)
+
+
+def cpu_and_memory(cmd: list[str]) -> tuple[float, float, float]:
+    """(wall s, CPU s, peak RSS GiB) of a subprocess run alone."""
+    code = (
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "p = subprocess.run(sys.argv[1:], capture_output=True); "
+        "w = time.perf_counter() - t; u = resource.getrusage(resource.RUSAGE_CHILDREN); "
+        "sys.exit(p.stderr.decode()) if p.returncode else "
+        "print(w, u.ru_utime + u.ru_stime, u.ru_maxrss)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *cmd], capture_output=True, text=True, check=True
+    ).stdout.split()
+    return float(out[0]), float(out[1]), float(out[2]) / 2**20
+
+
+def big() -> None:
+    build_big_store()
+    report = [
+        *REPORT,
+        "generate-scalability-report",
+        "--tracking-uri",
+        f"sqlite:///{BIG_DB}",
+        "-e",
+        "bench-10k",
+        "--format",
+        "json",
+        "--no-plots",
+        "-q",
+    ]
+    floor = [sys.executable, "-c", FLOOR_SCRIPT, str(BIG_DB), "bench-10k"]
+    cpu_and_memory(floor)  # warm the page cache
+    r_wall, r_cpu, r_mem = cpu_and_memory(report)
+    f_wall, f_cpu, f_mem = cpu_and_memory(floor)
+    print(f"10k runs, {BIG_JOBS * BIG_RANKS * SAMPLES * 2:,} GPU points:")
+    print(f"  report: {r_wall:6.2f} s wall, {r_cpu:6.2f} s CPU, {r_mem:5.2f} GiB peak")
+    print(f"  floor:  {f_wall:6.2f} s wall, {f_cpu:6.2f} s CPU, {f_mem:5.2f} GiB peak")
+    print(f"  ratio report/floor: CPU {r_cpu / f_cpu:.2f}, memory {r_mem / f_mem:.2f}")
 
 
 if __name__ == "__main__":
