@@ -41,7 +41,10 @@ NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
 OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"metrics": ("is_nan",)}
 WANTED_TABLE = "itwin_report_wanted"
 SYSTEM_PREFIX = "system/gpu_"  # MLflow's own system metrics, per GPU
-FETCH_ROWS = 200_000  # rows per fetch when reading columns into arrays
+FETCH_ROWS = 200_000
+KEY_SLOTS = (
+    8  # room for the codes of METRIC_KEYS  # rows per fetch when reading columns into arrays
+)
 CONNECT_TIMEOUT_S = 10
 POSTGRES_EXTRA = "pip install 'itwin-report[postgres]'"
 METRIC_FRAME = ["run_id", "key", "step", "value", "timestamp"]
@@ -140,19 +143,23 @@ class SqlReader:
         return frame
 
     def _sqlite_metrics(self, run_ids: Sequence[str]) -> pd.DataFrame:
-        """Numeric columns only (run and key as codes), fetched into arrays in chunks."""
+        """Four numeric columns per point, fetched into arrays in chunks.
+
+        Run and key travel as one code (``run position * 8 + key position``); a point whose
+        value, step or timestamp is not a number comes back with a NULL step.
+        """
         assert self._sqlite is not None
         run_ids = sorted(run_ids)
         self._fill_wanted(run_ids)
         numeric = "typeof(m.value) IN ('real', 'integer')"
+        numeric += " AND typeof(m.step) = 'integer' AND typeof(m.timestamp) = 'integer'"
         nan = "WHEN m.is_nan THEN NULL " if self.has_is_nan else ""
         value = f"CASE {nan}WHEN {numeric} THEN m.value END"
-        steps = "typeof(m.step) = 'integer' AND typeof(m.timestamp) = 'integer'"
         keys = "".join(f"WHEN '{k}' THEN {i} " for i, k in enumerate(METRIC_KEYS))
         sql = (
-            f"SELECT w.idx, CASE m.key {keys}END, {value}, "
-            f"CASE WHEN {steps} THEN m.step END, CASE WHEN {steps} THEN m.timestamp END, "
-            f"NOT ({numeric} AND {steps}) FROM {WANTED_TABLE} w "
+            f"SELECT w.idx * {KEY_SLOTS} + CASE m.key {keys}END, {value}, "
+            f"CASE WHEN {numeric} THEN m.step END, CASE WHEN {numeric} THEN m.timestamp END "
+            f"FROM {WANTED_TABLE} w "
             "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key IN "
             f"({', '.join('?' * len(METRIC_KEYS))})"
         )
@@ -160,19 +167,23 @@ class SqlReader:
         codes = table[:, 0].astype(np.int64)
         frame = pd.DataFrame(
             {
-                "run_id": pd.Categorical.from_codes(codes, categories=pd.Index(run_ids)),
-                "key": pd.Categorical.from_codes(
-                    table[:, 1].astype(np.int64), categories=pd.Index(METRIC_KEYS)
+                "run_id": pd.Categorical.from_codes(
+                    codes // KEY_SLOTS, categories=pd.Index(run_ids)
                 ),
-                "step": table[:, 3],
-                "value": table[:, 2],
-                "timestamp": table[:, 4],
+                "key": pd.Categorical.from_codes(
+                    codes % KEY_SLOTS, categories=pd.Index(METRIC_KEYS)
+                ),
+                "step": table[:, 2],
+                "value": table[:, 1],
+                "timestamp": table[:, 3],
             }
         )
-        frame = self._drop_bad(frame, table[:, 5] != 0)
+        bad = np.isnan(table[:, 2])
+        del table
+        frame = self._drop_bad(frame, bad)
         system = pd.read_sql(
             f"SELECT m.run_uuid AS run_id, m.key AS key, m.step AS step, {value} AS value, "
-            f"m.timestamp AS timestamp, NOT {numeric} AS bad FROM {WANTED_TABLE} w "
+            f"m.timestamp AS timestamp, NOT ({numeric}) AS bad FROM {WANTED_TABLE} w "
             "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key LIKE ?",
             self._sqlite,
             params=[f"{SYSTEM_PREFIX}%"],
