@@ -10,6 +10,7 @@ only optional columns are missing, and refused (naming its schema revision) othe
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sqlite3
@@ -136,7 +137,10 @@ class SqlReader:
         number (text in the value column) is left out with a warning naming its run.
         """
         if self._sqlite is not None:
-            frame = self._sqlite_metrics(run_ids)
+            try:
+                frame = self._sqlite_metrics(run_ids)
+            except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+                raise StoreError(f"cannot read {mask_uri(self.uri)}: {_first_line(exc)}") from None
         else:
             frame = self._generic_metrics(experiment_id, run_ids)
         advance(len(run_ids) * len(METRIC_KEYS))
@@ -255,9 +259,12 @@ class SqlReader:
 # ---------------------------------------------------------------- opening
 
 
-def _sqlite_query(conn: sqlite3.Connection) -> Query:
+def _sqlite_query(conn: sqlite3.Connection, where: str) -> Query:
     def query(sql: str, params: dict[str, Any]) -> pd.DataFrame:
-        return pd.read_sql(sql, conn, params=params)
+        try:
+            return pd.read_sql(sql, conn, params=params)
+        except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+            raise StoreError(f"cannot read {where}: {_first_line(exc)}") from None
 
     return query
 
@@ -307,7 +314,7 @@ def _open_sqlite(uri: str) -> SqlReader:
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {path} as a database: {exc}") from exc
-    return SqlReader(_sqlite_query(conn), uri, sqlite=conn)
+    return SqlReader(_sqlite_query(conn, mask_uri(uri)), uri, sqlite=conn)
 
 
 def _installed(module: str) -> bool:
@@ -350,9 +357,10 @@ def _open_sqlalchemy(uri: str) -> SqlReader:
     def query(sql: str, params: dict[str, Any]) -> pd.DataFrame:
         try:
             return pd.read_sql(sqlalchemy.text(sql), conn, params=params)
-        except Exception:
-            conn.rollback()  # a failed statement aborts the transaction in PostgreSQL
-            raise
+        except Exception as exc:  # sqlalchemy's and the driver's errors alike
+            with contextlib.suppress(Exception):  # the connection may be gone: say why below
+                conn.rollback()  # a failed statement aborts the transaction in PostgreSQL
+            raise StoreError(f"cannot read {where}: {_first_line(exc)}") from None
 
     def close() -> None:
         conn.close()
