@@ -10,7 +10,7 @@ import requests
 from conftest import build_scaling_store
 
 from itwin_report.store import api_reader, load_experiment, mlflow_api
-from itwin_report.store.sql_reader import open_sql_reader
+from itwin_report.store.sql_open import open_sql_reader
 
 pytestmark = pytest.mark.server
 

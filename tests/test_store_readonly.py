@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from itwin_report.cli import main
 from itwin_report.errors import StoreError
 from itwin_report.store import load_experiment
-from itwin_report.store.sql_reader import sqlite_open_mode
+from itwin_report.store.sql_open import sqlite_open_mode
 
 Store = tuple[str, dict[str, Any]]
 
