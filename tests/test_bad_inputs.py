@@ -348,7 +348,6 @@ CASES = [
         R("good", store="sqlite:///{own}/old-schema.db"),
         0,
         sane_numbers,
-        needs="store",
     ),
     Case("unknown-scheme", R("good", store=f"ftp://u:{SECRET}@h/x"), 1),
     Case("http-closed-port", R("good", store=f"http://u:{SECRET}@127.0.0.1:{{port}}"), 1),

@@ -17,7 +17,7 @@ from itwin_report.schema import RunData
 from itwin_report.store import _load, load_experiment
 from itwin_report.store.api_reader import ApiReader
 from itwin_report.store.file_reader import FileStoreReader
-from itwin_report.store.sql_reader import open_sql_reader
+from itwin_report.store.sql_open import open_sql_reader
 
 Store = tuple[str, dict[str, Any]]
 

@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from itwin_report.cli import main
 from itwin_report.errors import StoreError
 from itwin_report.store import load_experiment
-from itwin_report.store.sql_reader import sqlite_open_mode
+from itwin_report.store.sql_open import sqlite_open_mode
 
 Store = tuple[str, dict[str, Any]]
 
@@ -195,3 +195,17 @@ def test_outputs_outside_the_store_are_written(scaling_sqlite: Store, tmp_path: 
     )
     assert code == 0, err
     assert "torch-ddp" in out.read_text()
+
+
+def test_damaged_database_is_one_line_and_unchanged(scaling_sqlite: Store, tmp_path: Path) -> None:
+    db = _copy_db(scaling_sqlite, tmp_path / "damaged")
+    data = db.read_bytes()
+    db.write_bytes(data[: len(data) // 2])  # a copy cut short: pages the schema points at are gone
+    before = _listing(db.parent)
+    with pytest.raises(StoreError) as err:
+        _load(db)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith((f"cannot read sqlite:///{db}: ", f"cannot open {db} as a database"))
+    assert "malformed" in message
+    assert _listing(db.parent) == before

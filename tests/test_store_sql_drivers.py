@@ -9,7 +9,7 @@ import pytest
 
 from itwin_report.errors import StoreError
 from itwin_report.store import load_experiment
-from itwin_report.store.sql_reader import POSTGRES_EXTRA, engine_url
+from itwin_report.store.sql_open import POSTGRES_EXTRA, engine_url
 
 URI = "postgresql://alice:pw-secret@db.example.org:5432/mlflow"
 

@@ -57,7 +57,7 @@ def _open_reader(uri: str) -> Any:
         from itwin_report.store.api_reader import ApiReader
 
         return ApiReader(uri)
-    from itwin_report.store.sql_reader import open_sql_reader
+    from itwin_report.store.sql_open import open_sql_reader
 
     return open_sql_reader(uri)
 

@@ -9,6 +9,8 @@ GPU the process sees. They stand in for itwinai's ``gpu_power_W`` and
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
@@ -42,11 +44,23 @@ def system_gpu_points(metrics: pd.DataFrame, ranks: pd.Series) -> pd.DataFrame:
     return kept.assign(key=kept["kind"])[list(METRIC_COLUMNS)]
 
 
+def _strings(codes: np.ndarray, categories: pd.Index) -> pd.Series:
+    """``categories[codes]`` as the schema's ``str`` column, built in Arrow when it can be."""
+    try:
+        import pyarrow as pa
+    except ImportError:
+        return pd.Series(np.asarray(categories, dtype=object)[codes]).astype("str")
+    values = pa.array(list(map(str, categories)), pa.large_string())
+    taken = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), values)
+    return pd.Series(pd.array(taken.cast(pa.large_string()), dtype="str"))
+
+
 def tidy_metrics(metrics: pd.DataFrame, workers: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """(metrics in the schema's columns, sorted by run, key, step, timestamp, value; warnings).
 
     System GPU metrics fill in for runs without itwinai's GPU keys; a duplicated
-    (run, key, step) keeps its latest point, with one warning naming the runs.
+    (run, key, step) keeps its latest point, with one warning naming the runs. Sorting and
+    de-duplication work on integer codes, never on the strings.
     """
     is_report_key = metrics["key"].isin(list(METRIC_KEYS))
     main = metrics[is_report_key]
@@ -57,28 +71,38 @@ def tidy_metrics(metrics: pd.DataFrame, workers: pd.DataFrame) -> tuple[pd.DataF
         pairs = zip(system["run_id"].astype(str), system["key"].astype(str), strict=True)
         system = system[[pair not in have for pair in pairs]]
         main = pd.concat([main.astype({"run_id": object, "key": object}), system])
-    run = pd.Categorical(main["run_id"].astype(str))
-    key = pd.Categorical(main["key"].astype(str))
-    order = np.lexsort(
-        (
-            main["value"].to_numpy(dtype="float64"),
-            main["timestamp"].to_numpy(dtype="int64"),
-            main["step"].to_numpy(dtype="int64"),
-            key.codes,
-            run.codes,
-        )
-    )
-    ordered = main.iloc[order]
-    codes = pd.DataFrame(
-        {"r": run.codes[order], "k": key.codes[order], "s": ordered["step"].to_numpy()}
-    )
-    repeated = codes.duplicated(keep="last").to_numpy()
+    run = _categorical(main["run_id"])
+    key = _categorical(main["key"])
+    value = main["value"].to_numpy(dtype="float64")
+    stamp = main["timestamp"].to_numpy(dtype="int64")
+    step = main["step"].to_numpy(dtype="int64")
+    order = np.lexsort((value, stamp, step, key.codes, run.codes))
+    r, k, s = run.codes[order], key.codes[order], step[order]
+    repeated = np.zeros(len(order), dtype=bool)
+    repeated[:-1] = (r[:-1] == r[1:]) & (k[:-1] == k[1:]) & (s[:-1] == s[1:])
     warnings = []
     if repeated.any():
-        runs = [str(r)[:8] for r in ordered.loc[repeated, "run_id"].astype(str)]
+        runs = [str(run.categories[c])[:8] for c in np.unique(r[repeated])]
         warnings.append(
             f"{int(repeated.sum())} metric points repeat a (run, key, step) already logged; "
             f"the latest of each was kept (runs {listed_names(runs)})"
         )
-        ordered = ordered[~repeated]
-    return conform(ordered, METRIC_COLUMNS, "metrics"), warnings
+        order = order[~repeated]
+    tidy = pd.DataFrame(
+        {
+            "run_id": _strings(run.codes[order], run.categories),
+            "key": _strings(key.codes[order], key.categories),
+            "step": step[order],
+            "value": value[order],
+            "timestamp": stamp[order],
+        }
+    )
+    return conform(tidy, METRIC_COLUMNS, "metrics"), warnings
+
+
+def _categorical(column: pd.Series) -> Any:
+    """``column`` as a Categorical with sorted categories (reused when it already is one)."""
+    dtype = column.dtype
+    if isinstance(dtype, pd.CategoricalDtype) and dtype.categories.is_monotonic_increasing:
+        return pd.Categorical(column)
+    return pd.Categorical(column.astype(str))

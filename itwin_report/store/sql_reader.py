@@ -1,23 +1,14 @@
 """Read MLflow's SQL tables directly: a fixed handful of read-only queries per experiment.
 
-Nothing is ever written, migrated or created. SQLite files are opened read-only (``mode=ro``,
-or ``immutable=1`` where even a read-only connection would leave ``-wal``/``-shm`` files or
-cannot create them); other databases go through sqlalchemy in a read-only transaction and only
-ever receive SELECTs. The schema is internal to MLflow, so :func:`open_sql_reader` first checks
-``alembic_version`` and every column used: a database of an older schema is read as it is when
-only optional columns are missing, and refused (naming its schema revision) otherwise.
+The reader only ever sends SELECTs; :mod:`itwin_report.store.sql_open` opens the database
+read-only and checks its schema first (:func:`~itwin_report.store.sql_open.open_sql_reader`).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
 import sqlite3
-import stat
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
-from urllib.request import pathname2url
 
 import numpy as np
 import pandas as pd
@@ -27,24 +18,14 @@ from itwin_report.masking import mask_text
 from itwin_report.progress import Advance
 from itwin_report.schema import METRIC_KEYS
 from itwin_report.store.tree import PARENT_TAG
-from itwin_report.store.uri import SQLITE, mask_uri, require_sqlite_file, store_kind
+from itwin_report.store.uri import mask_uri
 
 Query = Callable[[str, dict[str, Any]], pd.DataFrame]
 
-NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "experiments": ("experiment_id", "name", "lifecycle_stage"),
-    "runs": ("run_uuid", "name", "status", "lifecycle_stage", "artifact_uri", "experiment_id"),
-    "tags": ("key", "value", "run_uuid"),
-    "params": ("key", "value", "run_uuid"),
-    "metrics": ("key", "value", "timestamp", "step", "run_uuid"),
-}
-OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"metrics": ("is_nan",)}
 WANTED_TABLE = "itwin_report_wanted"
 SYSTEM_PREFIX = "system/gpu_"  # MLflow's own system metrics, per GPU
 FETCH_ROWS = 200_000  # rows per fetch when reading columns into arrays
-CONNECT_TIMEOUT_S = 10
-POSTGRES_EXTRA = "pip install 'itwin-report[postgres]'"
-METRIC_FRAME = ["run_id", "key", "step", "value", "timestamp"]
+KEY_SLOTS = 8  # room for the codes of METRIC_KEYS
 
 
 def _in_list(prefix: str, values: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -53,7 +34,7 @@ def _in_list(prefix: str, values: Sequence[str]) -> tuple[str, dict[str, Any]]:
     return ", ".join(f":{n}" for n in names), dict(zip(names, values, strict=True))
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """The first line of an error, secrets masked."""
     text = str(exc).strip()
     return mask_text(text.splitlines()[0] if text else type(exc).__name__)
@@ -133,26 +114,33 @@ class SqlReader:
         number (text in the value column) is left out with a warning naming its run.
         """
         if self._sqlite is not None:
-            frame = self._sqlite_metrics(run_ids)
+            try:
+                frame = self._sqlite_metrics(run_ids)
+            except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+                raise StoreError(f"cannot read {mask_uri(self.uri)}: {first_line(exc)}") from None
         else:
             frame = self._generic_metrics(experiment_id, run_ids)
         advance(len(run_ids) * len(METRIC_KEYS))
         return frame
 
     def _sqlite_metrics(self, run_ids: Sequence[str]) -> pd.DataFrame:
-        """Numeric columns only (run and key as codes), fetched into arrays in chunks."""
+        """Four numeric columns per point, fetched into arrays in chunks.
+
+        Run and key travel as one code (``run position * 8 + key position``); a point whose
+        value, step or timestamp is not a number comes back with a NULL step.
+        """
         assert self._sqlite is not None
         run_ids = sorted(run_ids)
         self._fill_wanted(run_ids)
         numeric = "typeof(m.value) IN ('real', 'integer')"
+        numeric += " AND typeof(m.step) = 'integer' AND typeof(m.timestamp) = 'integer'"
         nan = "WHEN m.is_nan THEN NULL " if self.has_is_nan else ""
         value = f"CASE {nan}WHEN {numeric} THEN m.value END"
-        steps = "typeof(m.step) = 'integer' AND typeof(m.timestamp) = 'integer'"
         keys = "".join(f"WHEN '{k}' THEN {i} " for i, k in enumerate(METRIC_KEYS))
         sql = (
-            f"SELECT w.idx, CASE m.key {keys}END, {value}, "
-            f"CASE WHEN {steps} THEN m.step END, CASE WHEN {steps} THEN m.timestamp END, "
-            f"NOT ({numeric} AND {steps}) FROM {WANTED_TABLE} w "
+            f"SELECT w.idx * {KEY_SLOTS} + CASE m.key {keys}END, {value}, "
+            f"CASE WHEN {numeric} THEN m.step END, CASE WHEN {numeric} THEN m.timestamp END "
+            f"FROM {WANTED_TABLE} w "
             "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key IN "
             f"({', '.join('?' * len(METRIC_KEYS))})"
         )
@@ -160,19 +148,23 @@ class SqlReader:
         codes = table[:, 0].astype(np.int64)
         frame = pd.DataFrame(
             {
-                "run_id": pd.Categorical.from_codes(codes, categories=pd.Index(run_ids)),
-                "key": pd.Categorical.from_codes(
-                    table[:, 1].astype(np.int64), categories=pd.Index(METRIC_KEYS)
+                "run_id": pd.Categorical.from_codes(
+                    codes // KEY_SLOTS, categories=pd.Index(run_ids)
                 ),
-                "step": table[:, 3],
-                "value": table[:, 2],
-                "timestamp": table[:, 4],
+                "key": pd.Categorical.from_codes(
+                    codes % KEY_SLOTS, categories=pd.Index(METRIC_KEYS)
+                ),
+                "step": table[:, 2],
+                "value": table[:, 1],
+                "timestamp": table[:, 3],
             }
         )
-        frame = self._drop_bad(frame, table[:, 5] != 0)
+        bad = np.isnan(table[:, 2])
+        del table
+        frame = self._drop_bad(frame, bad)
         system = pd.read_sql(
             f"SELECT m.run_uuid AS run_id, m.key AS key, m.step AS step, {value} AS value, "
-            f"m.timestamp AS timestamp, NOT {numeric} AS bad FROM {WANTED_TABLE} w "
+            f"m.timestamp AS timestamp, NOT ({numeric}) AS bad FROM {WANTED_TABLE} w "
             "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key LIKE ?",
             self._sqlite,
             params=[f"{SYSTEM_PREFIX}%"],
@@ -239,168 +231,3 @@ class SqlReader:
             f"INSERT OR IGNORE INTO temp.{WANTED_TABLE} VALUES (?, ?)",
             [(r, i) for i, r in enumerate(run_ids)],
         )
-
-
-# ---------------------------------------------------------------- opening
-
-
-def _sqlite_query(conn: sqlite3.Connection) -> Query:
-    def query(sql: str, params: dict[str, Any]) -> pd.DataFrame:
-        return pd.read_sql(sql, conn, params=params)
-
-    return query
-
-
-def _writable(path: Path) -> bool:
-    """False on read-only media, or where no one may write (permission bits)."""
-    try:
-        mode = path.stat().st_mode
-    except OSError:
-        return False
-    return os.access(path, os.W_OK) and bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-
-
-def _is_wal(path: Path) -> bool:
-    """True when the database header says WAL journal mode (file format bytes 18 and 19 = 2)."""
-    try:
-        with path.open("rb") as handle:
-            header = handle.read(20)
-    except OSError:
-        return False
-    return len(header) == 20 and header[18] == 2 and header[19] == 2
-
-
-def sqlite_open_mode(path: Path) -> str:
-    """``ro`` or ``immutable``: how to open ``path`` without leaving or needing any file beside it.
-
-    A WAL database needs a ``-shm`` file even to be read; unless a writer already keeps both
-    ``-wal`` and ``-shm`` there (then reading through them gives the latest data) it is read as
-    immutable, which is exact when no ``-wal`` file holds uncheckpointed pages. A database in a
-    directory that cannot be written is read as immutable too.
-    """
-    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
-    if not _writable(path.parent):
-        return "immutable"
-    if _is_wal(path) and not (wal.exists() and shm.exists()):
-        return "immutable"
-    return "ro"
-
-
-def _open_sqlite(uri: str) -> SqlReader:
-    path = require_sqlite_file(uri)
-    mode = sqlite_open_mode(path)
-    option = "immutable=1" if mode == "immutable" else "mode=ro"
-    url = f"file:{pathname2url(str(path.resolve()))}?{option}"
-    try:
-        conn = sqlite3.connect(url, uri=True, check_same_thread=False)
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
-    except sqlite3.Error as exc:
-        raise StoreError(f"cannot open {path} as a database: {exc}") from exc
-    return SqlReader(_sqlite_query(conn), uri, sqlite=conn)
-
-
-def _installed(module: str) -> bool:
-    return importlib.util.find_spec(module) is not None
-
-
-def engine_url(uri: str, installed: Callable[[str], bool] = _installed) -> str:
-    """``uri`` with the PostgreSQL driver that is ``installed`` (psycopg 3, else psycopg2).
-
-    ``postgresql://`` names no driver; an explicit ``postgresql+driver://`` is kept. Without any
-    driver, a StoreError says how to install one.
-    """
-    scheme, sep, rest = uri.partition("://")
-    if scheme.lower() not in ("postgresql", "postgres"):
-        return uri
-    for module, dialect in (("psycopg", "postgresql+psycopg"), ("psycopg2", "postgresql+psycopg2")):
-        if installed(module):
-            return f"{dialect}{sep}{rest}"
-    raise StoreError(f"reading PostgreSQL needs a database driver: {POSTGRES_EXTRA}")
-
-
-def _open_sqlalchemy(uri: str) -> SqlReader:
-    import sqlalchemy
-
-    where = mask_uri(uri)
-    url = engine_url(uri)
-    postgres = url.lower().startswith("postgresql")
-    connect_args = {"connect_timeout": CONNECT_TIMEOUT_S} if postgres else {}
-    try:
-        engine = sqlalchemy.create_engine(url, connect_args=connect_args)
-        conn = engine.connect()
-    except ImportError as exc:
-        hint = POSTGRES_EXTRA if postgres else f"pip install {exc.name or 'the driver'}"
-        raise StoreError(f"the database driver for {where} is not installed: {hint}") from None
-    except Exception as exc:  # sqlalchemy's and the driver's errors alike
-        raise StoreError(f"cannot connect to {where}: {_first_line(exc)}") from None
-    if postgres:
-        conn.execute(sqlalchemy.text("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"))
-
-    def query(sql: str, params: dict[str, Any]) -> pd.DataFrame:
-        try:
-            return pd.read_sql(sqlalchemy.text(sql), conn, params=params)
-        except Exception:
-            conn.rollback()  # a failed statement aborts the transaction in PostgreSQL
-            raise
-
-    def close() -> None:
-        conn.close()
-        engine.dispose()
-
-    return SqlReader(query, uri, close=close)
-
-
-def _version(query: Query) -> str | None:
-    """The alembic revision of the database, None when it has no ``alembic_version`` table."""
-    try:
-        frame = query("SELECT version_num FROM alembic_version", {})
-    except Exception:
-        return None
-    return str(frame["version_num"].iloc[0]) if len(frame) else "unknown"
-
-
-def _check_schema(reader: SqlReader, uri: str) -> None:
-    """Raise StoreError unless this is an MLflow database whose needed columns all exist."""
-    query = reader._query
-    version = _version(query)
-    where = mask_uri(uri)
-    if version is None:
-        raise StoreError(f"{where} is not an MLflow tracking database (no alembic_version table)")
-    missing_tables, missing_columns = [], []
-    for table, columns in {**NEEDED_COLUMNS, **OPTIONAL_COLUMNS}.items():
-        try:
-            query(f"SELECT * FROM {table} WHERE 1 = 0", {})
-        except Exception:
-            missing_tables.append(table)
-            continue
-        for column in dict.fromkeys(columns):
-            try:
-                query(f"SELECT {column} FROM {table} WHERE 1 = 0", {})
-            except Exception:
-                missing_columns.append(f"{table}.{column}")
-    if missing_tables:
-        raise StoreError(
-            f"{where} is not an MLflow tracking database (no table "
-            f"{', '.join(dict.fromkeys(missing_tables))}; alembic revision {version})"
-        )
-    optional = {f"{t}.{c}" for t, cs in OPTIONAL_COLUMNS.items() for c in cs}
-    reader.has_is_nan = "metrics.is_nan" not in missing_columns
-    needed = [c for c in missing_columns if c not in optional]
-    if needed:
-        raise StoreError(
-            f"{where} is an MLflow database of a schema this tool cannot read (alembic revision "
-            f"{version}, no column {', '.join(needed)}); it was left as it is: read it through "
-            "`mlflow server --backend-store-uri <this URI>` run with the MLflow version that wrote "
-            "it, and pass that server's http:// address as --tracking-uri"
-        )
-
-
-def open_sql_reader(uri: str) -> SqlReader:
-    """A read-only reader for a sqlite or other SQL store; StoreError when it cannot be read."""
-    reader = _open_sqlite(uri) if store_kind(uri) == SQLITE else _open_sqlalchemy(uri)
-    try:
-        _check_schema(reader, uri)
-    except BaseException:
-        reader.close()
-        raise
-    return reader

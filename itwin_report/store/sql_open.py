@@ -1,0 +1,203 @@
+"""Open a SQL store read-only and check that it is an MLflow database this reader can read.
+
+Nothing is ever written, migrated or created. SQLite files are opened read-only (``mode=ro``,
+or ``immutable=1`` where even a read-only connection would leave ``-wal``/``-shm`` files or
+cannot create them); other databases go through sqlalchemy in a read-only transaction. A
+database of an older schema is read as it is when only optional columns are missing, and
+refused (naming its schema revision) otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import os
+import sqlite3
+import stat
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.request import pathname2url
+
+import pandas as pd
+
+from itwin_report.errors import StoreError
+from itwin_report.store.sql_reader import Query, SqlReader, first_line
+from itwin_report.store.uri import SQLITE, mask_uri, require_sqlite_file, store_kind
+
+NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "experiments": ("experiment_id", "name", "lifecycle_stage"),
+    "runs": ("run_uuid", "name", "status", "lifecycle_stage", "artifact_uri", "experiment_id"),
+    "tags": ("key", "value", "run_uuid"),
+    "params": ("key", "value", "run_uuid"),
+    "metrics": ("key", "value", "timestamp", "step", "run_uuid"),
+}
+OPTIONAL_COLUMNS: dict[str, tuple[str, ...]] = {"metrics": ("is_nan",)}
+CONNECT_TIMEOUT_S = 10
+POSTGRES_EXTRA = "pip install 'itwin-report[postgres]'"
+
+
+def _sqlite_query(conn: sqlite3.Connection, where: str) -> Query:
+    def query(sql: str, params: dict[str, Any]) -> pd.DataFrame:
+        try:
+            return pd.read_sql(sql, conn, params=params)
+        except (sqlite3.Error, pd.errors.DatabaseError) as exc:
+            raise StoreError(f"cannot read {where}: {first_line(exc)}") from None
+
+    return query
+
+
+def _writable(path: Path) -> bool:
+    """False on read-only media, or where no one may write (permission bits)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        return False
+    return os.access(path, os.W_OK) and bool(mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _is_wal(path: Path) -> bool:
+    """True when the database header says WAL journal mode (file format bytes 18 and 19 = 2)."""
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(20)
+    except OSError:
+        return False
+    return len(header) == 20 and header[18] == 2 and header[19] == 2
+
+
+def sqlite_open_mode(path: Path) -> str:
+    """``ro`` or ``immutable``: how to open ``path`` without leaving or needing any file beside it.
+
+    A WAL database needs a ``-shm`` file even to be read; unless a writer already keeps both
+    ``-wal`` and ``-shm`` there (then reading through them gives the latest data) it is read as
+    immutable, which is exact when no ``-wal`` file holds uncheckpointed pages. A database in a
+    directory that cannot be written is read as immutable too.
+    """
+    wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    if not _writable(path.parent):
+        return "immutable"
+    if _is_wal(path) and not (wal.exists() and shm.exists()):
+        return "immutable"
+    return "ro"
+
+
+def _open_sqlite(uri: str) -> SqlReader:
+    path = require_sqlite_file(uri)
+    mode = sqlite_open_mode(path)
+    option = "immutable=1" if mode == "immutable" else "mode=ro"
+    url = f"file:{pathname2url(str(path.resolve()))}?{option}"
+    try:
+        conn = sqlite3.connect(url, uri=True, check_same_thread=False)
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.Error as exc:
+        raise StoreError(f"cannot open {path} as a database: {exc}") from exc
+    return SqlReader(_sqlite_query(conn, mask_uri(uri)), uri, sqlite=conn)
+
+
+def _installed(module: str) -> bool:
+    return importlib.util.find_spec(module) is not None
+
+
+def engine_url(uri: str, installed: Callable[[str], bool] = _installed) -> str:
+    """``uri`` with the PostgreSQL driver that is ``installed`` (psycopg 3, else psycopg2).
+
+    ``postgresql://`` names no driver; an explicit ``postgresql+driver://`` is kept. Without any
+    driver, a StoreError says how to install one.
+    """
+    scheme, sep, rest = uri.partition("://")
+    if scheme.lower() not in ("postgresql", "postgres"):
+        return uri
+    for module, dialect in (("psycopg", "postgresql+psycopg"), ("psycopg2", "postgresql+psycopg2")):
+        if installed(module):
+            return f"{dialect}{sep}{rest}"
+    raise StoreError(f"reading PostgreSQL needs a database driver: {POSTGRES_EXTRA}")
+
+
+def _open_sqlalchemy(uri: str) -> SqlReader:
+    import sqlalchemy
+
+    where = mask_uri(uri)
+    url = engine_url(uri)
+    postgres = url.lower().startswith("postgresql")
+    connect_args = {"connect_timeout": CONNECT_TIMEOUT_S} if postgres else {}
+    try:
+        engine = sqlalchemy.create_engine(url, connect_args=connect_args)
+        conn = engine.connect()
+    except ImportError as exc:
+        hint = POSTGRES_EXTRA if postgres else f"pip install {exc.name or 'the driver'}"
+        raise StoreError(f"the database driver for {where} is not installed: {hint}") from None
+    except Exception as exc:  # sqlalchemy's and the driver's errors alike
+        raise StoreError(f"cannot connect to {where}: {first_line(exc)}") from None
+    if postgres:
+        conn.execute(sqlalchemy.text("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"))
+
+    def query(sql: str, params: dict[str, Any]) -> pd.DataFrame:
+        try:
+            return pd.read_sql(sqlalchemy.text(sql), conn, params=params)
+        except Exception as exc:  # sqlalchemy's and the driver's errors alike
+            with contextlib.suppress(Exception):  # the connection may be gone: say why below
+                conn.rollback()  # a failed statement aborts the transaction in PostgreSQL
+            raise StoreError(f"cannot read {where}: {first_line(exc)}") from None
+
+    def close() -> None:
+        conn.close()
+        engine.dispose()
+
+    return SqlReader(query, uri, close=close)
+
+
+def _version(query: Query) -> str | None:
+    """The alembic revision of the database, None when it has no ``alembic_version`` table."""
+    try:
+        frame = query("SELECT version_num FROM alembic_version", {})
+    except Exception:
+        return None
+    return str(frame["version_num"].iloc[0]) if len(frame) else "unknown"
+
+
+def _check_schema(reader: SqlReader, uri: str) -> None:
+    """Raise StoreError unless this is an MLflow database whose needed columns all exist."""
+    query = reader._query
+    version = _version(query)
+    where = mask_uri(uri)
+    if version is None:
+        raise StoreError(f"{where} is not an MLflow tracking database (no alembic_version table)")
+    missing_tables, missing_columns = [], []
+    for table, columns in {**NEEDED_COLUMNS, **OPTIONAL_COLUMNS}.items():
+        try:
+            query(f"SELECT * FROM {table} WHERE 1 = 0", {})
+        except Exception:
+            missing_tables.append(table)
+            continue
+        for column in dict.fromkeys(columns):
+            try:
+                query(f"SELECT {column} FROM {table} WHERE 1 = 0", {})
+            except Exception:
+                missing_columns.append(f"{table}.{column}")
+    if missing_tables:
+        raise StoreError(
+            f"{where} is not an MLflow tracking database (no table "
+            f"{', '.join(dict.fromkeys(missing_tables))}; alembic revision {version})"
+        )
+    optional = {f"{t}.{c}" for t, cs in OPTIONAL_COLUMNS.items() for c in cs}
+    reader.has_is_nan = "metrics.is_nan" not in missing_columns
+    needed = [c for c in missing_columns if c not in optional]
+    if needed:
+        raise StoreError(
+            f"{where} is an MLflow database of a schema this tool cannot read (alembic revision "
+            f"{version}, no column {', '.join(needed)}); it was left as it is: read it through "
+            "`mlflow server --backend-store-uri <this URI>` run with the MLflow version that wrote "
+            "it, and pass that server's http:// address as --tracking-uri"
+        )
+
+
+def open_sql_reader(uri: str) -> SqlReader:
+    """A read-only reader for a sqlite or other SQL store; StoreError when it cannot be read."""
+    reader = _open_sqlite(uri) if store_kind(uri) == SQLITE else _open_sqlalchemy(uri)
+    try:
+        _check_schema(reader, uri)
+    except BaseException:
+        reader.close()
+        raise
+    return reader
