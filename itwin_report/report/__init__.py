@@ -9,13 +9,22 @@ import pandas as pd
 from itwin_report.errors import ReportError
 from itwin_report.report.common import normalized
 from itwin_report.report.computation import computation_table
-from itwin_report.report.epoch_time import epoch_time_table
+from itwin_report.report.confidence import add_intervals, fastest_lines
+from itwin_report.report.epoch_time import epoch_time_table, run_means_table
 from itwin_report.report.gpu import gpu_table
+from itwin_report.report.scaling_mode import MODES, decide, weak_efficiency
+from itwin_report.report.scaling_models import (
+    describe,
+    fit_all,
+    karp_flatt_table,
+    models_table,
+    predict,
+)
 from itwin_report.report.series import rate_series
 from itwin_report.report.throughput import SOURCE_NAMES, throughput_table
 from itwin_report.schema import RunData
 
-__all__ = ["Report", "below_efficiency", "build_report"]
+__all__ = ["Analysis", "Report", "below_efficiency", "build_report"]
 
 
 @dataclass
@@ -32,6 +41,22 @@ class Report:
     rate_series: pd.DataFrame
     rate_config: tuple[str, int] | None
     warnings: list[str] = field(default_factory=list)
+    analysis: Analysis | None = None
+
+
+@dataclass
+class Analysis:
+    """Intervals, scaling models and predictions (see ``docs/analysis.md``)."""
+
+    scaling: str  # "strong" or "weak"
+    scaling_note: str
+    run_means: pd.DataFrame  # one row per run: strategy, workers, job_id, avg_epoch_time_s
+    fastest: list[str]
+    models: pd.DataFrame
+    karp_flatt: pd.DataFrame
+    model_lines: list[str]
+    predictions: pd.DataFrame
+    prediction_notes: list[str]
 
 
 def build_report(
@@ -39,6 +64,8 @@ def build_report(
     warmup_epochs: int = 1,
     rate_config: tuple[str, int] | None = None,
     throughput_source: str = "auto",
+    scaling: str = "auto",
+    predict_workers: list[int] | None = None,
 ) -> Report:
     """Aggregate ``data`` into a :class:`Report`; raises ``ReportError`` on bad options."""
     if warmup_epochs < 0:
@@ -46,8 +73,18 @@ def build_report(
     if throughput_source != "auto" and throughput_source not in SOURCE_NAMES:
         choices = ", ".join(["auto", *SOURCE_NAMES])
         raise ReportError(f"unknown throughput source {throughput_source!r}; use one of {choices}")
+    if scaling not in MODES:
+        raise ReportError(f"unknown scaling {scaling!r}; use one of {', '.join(MODES)}")
+    if predict_workers and min(predict_workers) < 1:
+        raise ReportError("worker counts to predict must be >= 1")
     data = normalized(data)
     epoch, w_epoch = epoch_time_table(data, warmup_epochs)
+    runs = run_means_table(data, warmup_epochs)
+    epoch = add_intervals(epoch, runs)
+    mode, note = decide(data.runs, scaling)
+    if mode == "weak":
+        epoch = weak_efficiency(epoch, data.runs)
+    analysis = analyse(epoch, runs, mode, note, predict_workers or [])
     gpu, w_gpu = gpu_table(data)
     comp, w_comp = computation_table(data)
     thr, w_thr = throughput_table(data, gpu, comp, warmup_epochs, throughput_source)
@@ -63,6 +100,28 @@ def build_report(
         rate_series=series,
         rate_config=config,
         warnings=[*data.warnings, *w_epoch, *w_gpu, *w_comp, *w_thr, *w_series],
+        analysis=analysis,
+    )
+
+
+def analyse(
+    epoch: pd.DataFrame, runs: pd.DataFrame, mode: str, note: str, targets: list[int]
+) -> Analysis:
+    """Fastest-strategy statements, model fits (strong scaling only) and predictions."""
+    models = fit_all(epoch) if mode == "strong" else []
+    predictions, notes = predict(models, sorted(set(targets)))
+    if mode == "weak" and targets:
+        notes = ["no predictions under weak scaling: the models describe a fixed global problem"]
+    return Analysis(
+        scaling=mode,
+        scaling_note=note,
+        run_means=runs,
+        fastest=fastest_lines(runs),
+        models=models_table(models),
+        karp_flatt=karp_flatt_table(models),
+        model_lines=[describe(m) for m in models],
+        predictions=predictions,
+        prediction_notes=notes,
     )
 
 

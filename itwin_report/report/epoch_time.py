@@ -77,3 +77,19 @@ def _warmup_warnings(epochs: pd.DataFrame, kept: pd.DataFrame, warmup: int) -> l
             f"epoch(s) are within the {warmup} warm-up epoch(s); left out of epoch times"
         )
     return out
+
+
+RUN_COLUMNS = ["strategy", "workers", "job_id", "avg_epoch_time_s"]
+
+
+def run_means_table(data: RunData, warmup_epochs: int = 1) -> pd.DataFrame:
+    """One row per run (job): its mean epoch time after warm-up; sorted by configuration, job."""
+    kept = after_warmup(epoch_points(data), warmup_epochs)
+    if kept.empty:
+        return finish([], RUN_COLUMNS).astype({"job_id": "str"})
+    means = kept.groupby(["strategy", "workers", "job_id"], as_index=False)["value"].mean()
+    means = means.rename(columns={"value": "avg_epoch_time_s"})
+    means["workers"] = means["workers"].astype("int64")
+    return means.sort_values(["strategy", "workers", "job_id"], kind="stable").reset_index(
+        drop=True
+    )[RUN_COLUMNS]
