@@ -87,8 +87,9 @@ def run_means_table(data: RunData, warmup_epochs: int = 1) -> pd.DataFrame:
     kept = after_warmup(epoch_points(data), warmup_epochs)
     if kept.empty:
         return finish([], RUN_COLUMNS).astype({"job_id": "str"})
-    means = kept.groupby(["strategy", "workers", "job_id"], as_index=False)["value"].mean()
-    means = means.rename(columns={"value": "avg_epoch_time_s"})
+    means = kept.groupby(["strategy", "workers", "job_id"], as_index=False).agg(
+        avg_epoch_time_s=("value", "mean")
+    )
     means["workers"] = means["workers"].astype("int64")
     return means.sort_values(["strategy", "workers", "job_id"], kind="stable").reset_index(
         drop=True

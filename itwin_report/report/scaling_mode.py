@@ -63,33 +63,29 @@ def weak_efficiency(table: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     spe = (
         runs.drop_duplicates("job_id").groupby(["strategy", "workers"])["samples_per_epoch"].mean()
     )
+    strategies = out["strategy"].astype(str).to_numpy()
+    workers = out["workers"].to_numpy(dtype=float)
+    times = out["avg_epoch_time_s"].to_numpy(dtype=float)
+    speedup = out["speedup"].to_numpy(dtype=float)
+    usable = np.nan_to_num(times, nan=0.0) > 0
     eff = np.full(len(out), np.nan)
-    lows = np.full(len(out), np.nan)
-    highs = np.full(len(out), np.nan)
-    has_ci = "speedup_ci_low" in out.columns
-    for strategy, group in out.groupby("strategy"):
-        usable = group[group["avg_epoch_time_s"] > 0]
-        if usable.empty:
+    ratio = np.full(len(out), np.nan)
+    for strategy in set(strategies):
+        rows = np.flatnonzero((strategies == strategy) & usable)
+        if not len(rows):
             continue
-        base = usable.loc[usable["workers"].idxmin()]
-        b, tb = float(base["workers"]), float(base["avg_epoch_time_s"])
-        sb = spe.get((strategy, int(b)), np.nan)
-        for idx, row in usable.iterrows():
-            w, tw = float(row["workers"]), float(row["avg_epoch_time_s"])
-            sw = spe.get((strategy, int(w)), np.nan)
-            work = (sw / w) / (sb / b) if sw > 0 and sb > 0 else 1.0
-            pos = out.index.get_loc(idx)
-            eff[pos] = work * tb / tw
-            if has_ci and row["speedup"] > 0:
-                # speedup_ci is the T_b/T_w interval scaled around the speedup
-                ratio = eff[pos] / float(row["speedup"])
-                lows[pos] = float(row["speedup_ci_low"]) * ratio
-                highs[pos] = float(row["speedup_ci_high"]) * ratio
-    out["speedup"] = np.nan
-    out["efficiency"] = eff
-    if has_ci:
+        b = rows[np.argmin(workers[rows])]
+        sb = spe.get((strategy, int(workers[b])), np.nan)
+        for i in rows:
+            sw = spe.get((strategy, int(workers[i])), np.nan)
+            work = (sw / workers[i]) / (sb / workers[b]) if sw > 0 and sb > 0 else 1.0
+            eff[i] = work * times[b] / times[i]
+            ratio[i] = eff[i] / speedup[i] if speedup[i] > 0 else np.nan
+    if "speedup_ci_low" in out.columns:
+        out["efficiency_ci_low"] = out["speedup_ci_low"].to_numpy(dtype=float) * ratio
+        out["efficiency_ci_high"] = out["speedup_ci_high"].to_numpy(dtype=float) * ratio
         out["speedup_ci_low"] = np.nan
         out["speedup_ci_high"] = np.nan
-        out["efficiency_ci_low"] = lows
-        out["efficiency_ci_high"] = highs
+    out["speedup"] = np.nan
+    out["efficiency"] = eff
     return out

@@ -1,0 +1,136 @@
+"""Scaling models: exact recovery of known laws, Karp–Flatt, refusals, emulator truth at 64/128."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from itwin_report.emulator import model
+from itwin_report.emulator.params import PRESETS, STRATEGIES
+from itwin_report.report.scaling_models import (
+    describe,
+    fit,
+    fit_all,
+    fit_strategy,
+    karp_flatt,
+    karp_flatt_rising,
+    predict,
+)
+
+WORKERS = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
+
+
+def test_amdahl_recovers_its_serial_fraction() -> None:
+    s, t1 = 0.04, 200.0
+    times = t1 * (s + (1 - s) / WORKERS)
+    f = fit(WORKERS, times, "amdahl")
+    assert f.serial_fraction == pytest.approx(s, rel=1e-9)
+    assert f.t1 == pytest.approx(t1)
+    assert f.r2 == pytest.approx(1.0)
+    assert f.loo_error < 1e-9
+
+
+def test_usl_recovers_contention_coherency_and_peak() -> None:
+    sigma, kappa, t1 = 0.05, 0.0005, 100.0
+    times = t1 * (1 + sigma * (WORKERS - 1) + kappa * WORKERS * (WORKERS - 1)) / WORKERS
+    f = fit(WORKERS, times, "usl")
+    assert f.contention == pytest.approx(sigma, rel=1e-6)
+    assert f.coherency == pytest.approx(kappa, rel=1e-6)
+    # the peak, found by brute force on the true curve
+    grid = np.arange(1, 2000)
+    curve = (1 + sigma * (grid - 1) + kappa * grid * (grid - 1)) / grid
+    assert f.peak_workers == pytest.approx(grid[np.argmin(curve)], abs=1.0)
+    assert f.peak_workers == pytest.approx(math.sqrt((1 - sigma) / kappa))
+    sm = fit_strategy("x", WORKERS, times)
+    assert sm.chosen == "usl"
+    assert "Universal Scalability Law" in describe(sm)
+    assert f"near {f.peak_workers:.0f} workers" in describe(sm)
+
+
+def test_karp_flatt_by_hand() -> None:
+    e = karp_flatt(np.array([1.0, 2.0, 4.0]), np.array([10.0, 6.0, 4.0]))
+    # S(2) = 10/6: (0.6 - 0.5)/0.5 = 0.2; S(4) = 2.5: (0.4 - 0.25)/0.75 = 0.2
+    assert math.isnan(e[0])
+    assert e[1:] == pytest.approx([0.2, 0.2])
+    assert not karp_flatt_rising(e)
+    rising = karp_flatt(np.array([4.0, 8.0, 16.0, 32.0]), np.array([40.0, 21.0, 12.0, 8.0]))
+    assert karp_flatt_rising(rising)
+    sm = fit_strategy("ddp", np.array([4.0, 8.0, 16.0, 32.0]), np.array([40.0, 21.0, 12.0, 8.0]))
+    assert "overhead grows with the worker count" in describe(sm)
+
+
+def test_refuses_with_too_few_counts_or_a_poor_fit() -> None:
+    two = fit_strategy("a", np.array([4.0, 8.0]), np.array([10.0, 6.0]))
+    assert two.chosen is None and "at least 3" in two.why
+    zigzag = fit_strategy("b", np.array([4.0, 8.0, 16.0, 32.0]), np.array([10.0, 4.0, 9.0, 3.0]))
+    assert zigzag.chosen is None and "too poor to extrapolate" in zigzag.why
+    rows, notes = predict([two, zigzag], [64])
+    assert rows.empty
+    assert notes == [f"no prediction for a: {two.why}", f"no prediction for b: {zigzag.why}"]
+
+
+def test_prediction_rows() -> None:
+    s, t1 = 0.02, 400.0
+    p = np.array([4.0, 8.0, 16.0, 32.0])
+    table = pd.DataFrame(
+        {"strategy": "ddp", "workers": p.astype(int), "avg_epoch_time_s": t1 * (s + (1 - s) / p)}
+    )
+    rows, notes = predict(fit_all(table), [64, 128])
+    assert notes == []
+    assert list(rows["workers"]) == [64, 128]
+    truth = t1 * (s + (1 - s) / np.array([64.0, 128.0]))
+    assert rows["avg_epoch_time_s"].to_numpy() == pytest.approx(truth)
+    assert (rows["low_s"] <= rows["avg_epoch_time_s"]).all()
+    assert (rows["avg_epoch_time_s"] <= rows["high_s"]).all()
+    base = t1 * (s + (1 - s) / 4)
+    assert rows["speedup"].to_numpy() == pytest.approx(base / truth)
+    assert rows["efficiency"].to_numpy() == pytest.approx(base / truth * 4 / np.array([64, 128]))
+
+
+def _truth(preset: str, strategy: str, workers: int) -> float:
+    """Noise-free mean epoch time after the first epoch, from the emulator's model."""
+    return float(np.mean(model.epoch_times(PRESETS[preset], strategy, workers)[1:]))
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_emulator_truth_at_64_and_128(preset: str) -> None:
+    """Fit on 4-32 workers; at 64 and 128 the truth lies in the interval, or the fit refuses."""
+    fitted = 0
+    for strategy in STRATEGIES:
+        p = np.array([4.0, 8.0, 16.0, 32.0])
+        times = np.array([_truth(preset, strategy, int(w)) for w in p])
+        sm = fit_strategy(strategy, p, times)
+        if sm.chosen is None:
+            assert "too poor to extrapolate" in sm.why
+            continue
+        fitted += 1
+        for w in (64, 128):
+            t, low, high = sm.fits[sm.chosen].interval(w)
+            truth = _truth(preset, strategy, w)
+            assert low <= truth <= high, (strategy, w, t, truth)
+            assert abs(t / truth - 1) < 0.05
+    if preset in ("mnist", "virgo"):
+        assert fitted == len(STRATEGIES)
+
+
+def test_noisy_predictions_cover_the_truth() -> None:
+    """Configuration means with 2 % noise: predictions at 64/128 mostly inside the intervals."""
+    rng = np.random.default_rng(11)
+    p = np.array([4.0, 8.0, 16.0, 32.0])
+    inside = total = 0
+    for strategy in STRATEGIES:
+        times = np.array([_truth("virgo", strategy, int(w)) for w in p])
+        truth = {w: _truth("virgo", strategy, w) for w in (64, 128)}
+        for _ in range(100):
+            sm = fit_strategy(strategy, p, times * (1 + 0.02 * rng.standard_normal(len(p))))
+            if sm.chosen is None:
+                continue
+            for w in (64, 128):
+                _, low, high = sm.fits[sm.chosen].interval(w)
+                inside += low <= truth[w] <= high
+                total += 1
+    assert total > 400
+    assert inside / total >= 0.85
