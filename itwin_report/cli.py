@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from itwin_report import __version__
+from itwin_report.compare_command import compare_command
 from itwin_report.emulator.command import emulate_command
 from itwin_report.errors import EXIT_ERROR, GateFailed, ReportError
 from itwin_report.render import FORMATS
@@ -78,6 +79,19 @@ def _parse_rate_config(value: str | None) -> tuple[str, int] | None:
             "expected STRATEGY:WORKERS, e.g. horovod:8", param_hint="--rate-config"
         )
     return strategy, int(workers)
+
+
+def _parse_workers(value: str | None) -> list[int]:
+    """``64,128`` -> ``[64, 128]``; BadParameter for anything but positive integers."""
+    if not value:
+        return []
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise click.BadParameter(
+            "expected positive worker counts separated by commas, e.g. 64,128",
+            param_hint="--predict",
+        )
+    return [int(p) for p in parts]
 
 
 def _styled(fmt: str, output: Path | None) -> bool:
@@ -166,6 +180,20 @@ def _styled(fmt: str, output: Path | None) -> bool:
     metavar="STRATEGY:WORKERS",
     help="Configuration for the Rate/GlobalRate plot (default: first strategy, fewest workers).",
 )
+@click.option(
+    "--scaling",
+    type=click.Choice(["auto", "strong", "weak"]),
+    default="auto",
+    show_default=True,
+    help="Strong scaling (fixed global problem) or weak (fixed problem per GPU: efficiency is "
+    "the throughput per GPU against the base); auto decides from samples_per_epoch.",
+)
+@click.option(
+    "--predict",
+    metavar="N,M",
+    help="Predict epoch time, speedup and efficiency at these worker counts from the fitted "
+    "scaling models (e.g. 64,128).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress or plot messages on stderr.")
 def generate_scalability_report(
     experiment_name: str | None,
@@ -181,6 +209,8 @@ def generate_scalability_report(
     include_unfinished: bool,
     throughput_source: str,
     rate_config: str | None,
+    scaling: str,
+    predict: str | None,
     quiet: bool,
 ) -> None:
     """Read the runs of an experiment and print the scalability report.
@@ -197,12 +227,14 @@ def generate_scalability_report(
       itwin-report generate-scalability-report -e my-exp --tracking-uri http://127.0.0.1:5000
       itwin-report generate-scalability-report -e my-exp --format markdown >> "$GITHUB_STEP_SUMMARY"
       itwin-report generate-scalability-report -e my-exp --fail-under-efficiency 0.7 --no-plots
+      itwin-report generate-scalability-report -e my-exp --predict 64,128
     """
     from itwin_report import store
     from itwin_report.render import render
     from itwin_report.report import below_efficiency, build_report
 
     rate = _parse_rate_config(rate_config)
+    targets = _parse_workers(predict)
     uri = store.resolve_tracking_uri(tracking_uri)
     data = store.load_experiment(
         uri,
@@ -212,7 +244,12 @@ def generate_scalability_report(
         show_progress=not quiet,
     )
     report = build_report(
-        data, warmup_epochs=warmup_epochs, rate_config=rate, throughput_source=throughput_source
+        data,
+        warmup_epochs=warmup_epochs,
+        rate_config=rate,
+        throughput_source=throughput_source,
+        scaling=scaling,
+        predict_workers=targets,
     )
     text = render(report, fmt, styled=_styled(fmt, output))
     _emit(text, output)
@@ -287,6 +324,7 @@ def merge_performance(files: tuple[Path, ...], output: Path | None) -> None:
 
 
 main.add_command(emulate_command)
+main.add_command(compare_command)
 
 if __name__ == "__main__":
     main()

@@ -1,7 +1,8 @@
 """The project's one exception family; each kind carries its documented exit code.
 
 Exit codes: 0 success, 1 user error or unreachable store (:class:`ReportError`),
-2 bad usage (Click's own), 3 the efficiency gate failed (:class:`GateFailed`).
+2 bad usage (Click's own), 3 the efficiency gate failed (:class:`GateFailed`), 4 ``compare``
+found a regression (:class:`RegressionFound`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_GATE = 3
+EXIT_REGRESSION = 4
 
 
 class ReportError(Exception):
@@ -30,3 +32,9 @@ class GateFailed(ReportError):
     """``--fail-under-efficiency`` found a configuration below the threshold."""
 
     exit_code = EXIT_GATE
+
+
+class RegressionFound(ReportError):
+    """``compare`` found a change for the worse beyond the threshold and beyond noise."""
+
+    exit_code = EXIT_REGRESSION

@@ -14,6 +14,7 @@ from itwin_report.report.epoch_time import epoch_time_table, run_means_table
 from itwin_report.report.gpu import gpu_table
 from itwin_report.report.scaling_mode import MODES, decide, weak_efficiency
 from itwin_report.report.scaling_models import (
+    StrategyModels,
     describe,
     fit_all,
     karp_flatt_table,
@@ -57,6 +58,7 @@ class Analysis:
     model_lines: list[str]
     predictions: pd.DataFrame
     prediction_notes: list[str]
+    fits: list[StrategyModels] = field(default_factory=list)
 
 
 def build_report(
@@ -122,6 +124,7 @@ def analyse(
         model_lines=[describe(m) for m in models],
         predictions=predictions,
         prediction_notes=notes,
+        fits=models,
     )
 
 

@@ -29,6 +29,7 @@ from itwin_report.report.confidence import t_quantile
 MODELS = ("amdahl", "usl")
 MIN_POINTS = {"amdahl": 3, "usl": 4}
 MIN_R2 = 0.9
+PARSIMONY = 0.8  # the USL (one more coefficient) must cut the leave-one-out error by 20 %
 MAX_LOO = 0.05  # relative leave-one-out error; beyond it a fit is too poor to extrapolate
 
 PREDICTION_COLUMNS = [
@@ -192,7 +193,8 @@ class StrategyModels:
 
 
 def fit_strategy(strategy: str, workers: np.ndarray, times: np.ndarray) -> StrategyModels:
-    """Fit every model the points allow; choose the one with the smaller leave-one-out error."""
+    """Fit every model the points allow; choose Amdahl unless the USL predicts left-out points
+    clearly better (leave-one-out error below :data:`PARSIMONY` times Amdahl's)."""
     order = np.argsort(workers)
     p = np.asarray(workers, dtype=float)[order]
     t = np.asarray(times, dtype=float)[order]
@@ -205,7 +207,10 @@ def fit_strategy(strategy: str, workers: np.ndarray, times: np.ndarray) -> Strat
         return StrategyModels(strategy, p, t, fits, None, why)
     if not fits:
         return StrategyModels(strategy, p, t, fits, None, "no model could be fitted")
-    best = min(fits.values(), key=lambda f: f.loo_error)
+    best = fits.get("amdahl") or fits["usl"]
+    usl = fits.get("usl")
+    if usl is not None and usl.loo_error < PARSIMONY * best.loo_error:
+        best = usl
     if not best.r2 >= MIN_R2 or best.loo_error > MAX_LOO:
         why = (
             f"best fit ({best.model}) is too poor to extrapolate: R² {best.r2:.2f} "
