@@ -37,6 +37,8 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def pair_intervals(row: dict[str, Any]) -> dict[str, Any]:
     """A JSON epoch-time row with ``speedup_ci``/``efficiency_ci`` as [low, high] (or None)."""
+    if "speedup_ci_low" not in row:
+        return row
     out = {k: v for k, v in row.items() if not k.endswith(("_ci_low", "_ci_high"))}
     for name, (low, high) in CI_PAIRS.items():
         lo, hi = row.get(low), row.get(high)

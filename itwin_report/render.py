@@ -267,6 +267,8 @@ def _plain(value: Any) -> Any:
 
 def report_to_dict(report: Report) -> dict:
     """The report as a JSON-ready object (NaN -> None, workers int)."""
+    from itwin_report.analysis_text import json_fields, pair_intervals
+
     out: dict[str, Any] = {
         "experiment": report.experiment,
         "tracking_uri": report.tracking_uri,
@@ -278,5 +280,7 @@ def report_to_dict(report: Report) -> dict:
         out[name] = [{str(k): _plain(v) for k, v in rec.items()} for rec in records]
         for rec in out[name]:
             rec["workers"] = int(rec["workers"])
+    out["epoch_time"] = [pair_intervals(rec) for rec in out["epoch_time"]]
+    out.update(json_fields(report))
     out["warnings"] = list(report.warnings)
     return out
