@@ -209,7 +209,7 @@ def test_slowed_emulation_is_a_regression(emulated: tuple[str, Path]) -> None:
     assert "torch-ddp-4 epoch time" not in result.stderr  # one node: no inter-node link
     assert "| torch-ddp-8 | Epoch time |" in result.stdout
     loose = _invoke(
-        "compare", base, "slowed", "--tracking-uri", uri, "-q", "--max-regression", "0.5"
+        "compare", base, "slowed", "--tracking-uri", uri, "-q", "--max-regression", "0.8"
     )
     assert loose.exit_code == 0
 
