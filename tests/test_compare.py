@@ -18,7 +18,6 @@ from click.testing import CliRunner
 
 from itwin_report.cli import main
 from itwin_report.compare import compare, regressions, render_comparison, side_from_dict
-from itwin_report.emulator import EmulationOptions, run_emulation
 from itwin_report.errors import DataError
 
 
@@ -130,32 +129,6 @@ def test_malformed_reports() -> None:
 
 # ---------------------------------------------------------------- through the command
 
-EMULATED = {
-    "base": (),
-    "reseeded": (),
-    "slowed": ("inter_gbit_per_s=2",),  # a slower inter-node link: a larger all-reduce cost
-}
-
-
-@pytest.fixture(scope="module")
-def emulated(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
-    root = tmp_path_factory.mktemp("compare")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
-    for seed, (name, overrides) in enumerate(EMULATED.items()):
-        options = EmulationOptions(
-            strategies=("torch-ddp",),
-            workers=(4, 8, 16, 32),
-            epochs=3,
-            repeats=3,
-            seed=seed,
-            preset="virgo",
-            overrides=overrides,
-            log_on_workers="0",
-            experiment_name=name,
-        )
-        run_emulation(options, uri)
-    return uri, root
-
 
 def _invoke(*args: str) -> Any:
     return CliRunner().invoke(main, list(args))
@@ -172,8 +145,8 @@ def _save_base(uri: str, root: Path) -> Path:
     return path
 
 
-def test_saved_report_carries_runs_and_intervals(emulated: tuple[str, Path]) -> None:
-    uri, root = emulated
+def test_saved_report_carries_runs_and_intervals(analysis_store: tuple[str, Path]) -> None:
+    uri, root = analysis_store
     data = json.loads(_save_base(uri, root).read_text())
     assert sorted({(r["workers"]) for r in data["runs"]}) == [4, 8, 16, 32]
     assert all(len([r for r in data["runs"] if r["workers"] == w]) == 3 for w in (4, 8, 16, 32))
@@ -187,8 +160,8 @@ def test_saved_report_carries_runs_and_intervals(emulated: tuple[str, Path]) -> 
         )
 
 
-def test_identical_and_reseeded_runs_are_no_regression(emulated: tuple[str, Path]) -> None:
-    uri, root = emulated
+def test_identical_and_reseeded_runs_are_no_regression(analysis_store: tuple[str, Path]) -> None:
+    uri, root = analysis_store
     base = str(_save_base(uri, root))
     same = _invoke("compare", base, base)
     assert same.exit_code == 0, same.output
@@ -198,8 +171,8 @@ def test_identical_and_reseeded_runs_are_no_regression(emulated: tuple[str, Path
     assert "REGRESSION" not in reseeded.output
 
 
-def test_slowed_emulation_is_a_regression(emulated: tuple[str, Path]) -> None:
-    uri, root = emulated
+def test_slowed_emulation_is_a_regression(analysis_store: tuple[str, Path]) -> None:
+    uri, root = analysis_store
     base = str(_save_base(uri, root))
     result = _invoke("compare", base, "slowed", "--tracking-uri", uri, "-q", "--format", "markdown")
     assert result.exit_code == 4

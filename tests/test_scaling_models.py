@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from click.testing import CliRunner
 
+from itwin_report.cli import main
 from itwin_report.emulator import model
 from itwin_report.emulator.params import PRESETS, STRATEGIES
 from itwin_report.report.scaling_models import (
@@ -134,3 +138,61 @@ def test_noisy_predictions_cover_the_truth() -> None:
                 total += 1
     assert total > 400
     assert inside / total >= 0.85
+
+
+def test_predict_through_the_command(analysis_store: tuple[str, Path], tmp_path: Path) -> None:
+    """Emulated virgo runs on 4-32 workers: predictions at 64 and 128 cover the model's truth."""
+    uri, _ = analysis_store
+    plots = tmp_path / "plots"
+    args = ["generate-scalability-report", "-e", "base", "--tracking-uri", uri, "-q"]
+    result = CliRunner().invoke(
+        main, [*args, "--format", "json", "--predict", "128,64", "--plot-dir", str(plots)]
+    )
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    rows = report["predictions"]
+    assert [(r["strategy"], r["workers"]) for r in rows] == [("torch-ddp", 64), ("torch-ddp", 128)]
+    assert set(rows[0]) == {
+        "strategy", "workers", "model", "avg_epoch_time_s", "low_s", "high_s", "speedup",
+        "efficiency",
+    }  # fmt: skip
+    base = next(r for r in report["epoch_time"] if r["workers"] == 4)["avg_epoch_time_s"]
+    for row in rows:
+        truth = _truth("virgo", "torch-ddp", row["workers"])
+        assert row["low_s"] <= truth <= row["high_s"]
+        assert row["speedup"] == pytest.approx(base / row["avg_epoch_time_s"])
+        assert row["efficiency"] == pytest.approx(row["speedup"] * 4 / row["workers"])
+    chosen = [m for m in report["scaling_models"] if m["chosen"]]
+    assert len(chosen) == 1 and chosen[0]["model"] == rows[0]["model"]
+    assert any("fits best" in line for line in report["model_summary"])
+    assert [k["workers"] for k in report["karp_flatt"]] == [8, 16, 32]
+    assert (plots / "prediction.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_prediction_figure_content(analysis_store: tuple[str, Path]) -> None:
+    from itwin_report.plots import prediction_figure, speedup_figure
+    from itwin_report.report import build_report
+    from itwin_report.store import load_experiment
+
+    uri, _ = analysis_store
+    data = load_experiment(uri, "base", show_progress=False)
+    report = build_report(data, predict_workers=[64, 128])
+    fig = prediction_figure(report)
+    assert fig is not None
+    ax = fig.axes[0]
+    assert ax.get_ylabel() == "Average epoch time (s)"
+    labels = ax.get_legend_handles_labels()[1]
+    assert labels[:2] == [
+        "torch-ddp measured",
+        f"torch-ddp {report.analysis.predictions['model'][0]} fit",
+    ]
+    measured = ax.lines[0]
+    assert list(measured.get_xdata()) == [4, 8, 16, 32]
+    assert list(measured.get_ydata()) == pytest.approx(list(report.epoch_time["avg_epoch_time_s"]))
+    assert len(ax.collections) >= 2  # the shaded interval and the error bars
+    assert build_report(data).analysis.predictions.empty
+    assert prediction_figure(build_report(data)) is None
+    # speedup error bars: one bar per configuration with an interval
+    speed = speedup_figure(report)
+    bars = [c for c in speed.axes[0].collections if c.get_segments()]
+    assert sum(len(c.get_segments()) for c in bars) == 4
