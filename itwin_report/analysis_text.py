@@ -68,7 +68,7 @@ def interval_text(low: Any, high: Any, fmt: str) -> str:
     """``[low, high]`` formatted, or n/a."""
     if low is None or high is None or low != low or high != high:
         return "n/a"
-    return f"[{format(float(low), fmt)}, {format(float(high), fmt)}]"
+    return f"{format(float(low), fmt)}–{format(float(high), fmt)}"
 
 
 def model_rows(report: Report) -> tuple[list[str], list[list[str]]]:
@@ -126,3 +126,70 @@ def sentences(report: Report) -> list[str]:
     if a is None:
         return []
     return [a.scaling_note, *a.fastest, *a.model_lines, *a.prediction_notes]
+
+
+TableParts = tuple[str, str, list[str], list[list[str]], list[bool], str]
+
+
+def interval_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows) of the speedup/efficiency interval table; no rows without intervals."""
+    headers = [
+        "Strategy",
+        "Workers",
+        "Runs",
+        "Speedup",
+        "95 % interval",
+        "Efficiency",
+        "95 % interval",
+    ]
+    frame = report.epoch_time
+    if "speedup_ci_low" not in frame.columns:
+        return headers, []
+    known = frame[frame["speedup_ci_low"].notna() | frame["efficiency_ci_low"].notna()]
+    rows = []
+    for r in _records(known):
+        rows.append(
+            [
+                str(r["strategy"]),
+                str(r["workers"]),
+                str(r["runs"]),
+                _fmt(r["speedup"], ".2f"),
+                interval_text(r["speedup_ci_low"], r["speedup_ci_high"], ".2f"),
+                _pct(r["efficiency"]),
+                "n/a"
+                if r["efficiency_ci_low"] is None
+                else f"{_pct(r['efficiency_ci_low'])}–{_pct(r['efficiency_ci_high'])}",
+            ]
+        )
+    return headers, rows
+
+
+def karp_flatt_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    headers = ["Strategy", "Workers", "Karp–Flatt serial fraction"]
+    rows = []
+    if report.analysis is not None:
+        for r in _records(report.analysis.karp_flatt):
+            rows.append([str(r["strategy"]), str(r["workers"]), _fmt(r["karp_flatt"], ".4f")])
+    return headers, rows
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if value is None else f"{float(value) * 100:.1f} %"
+
+
+def analysis_tables(report: Report) -> list[TableParts]:
+    """The analysis tables that have rows: (name, heading, headers, rows, right, empty)."""
+    out: list[TableParts] = []
+    parts = (
+        ("intervals", "Speedup and efficiency, 95 % intervals", interval_rows(report)),
+        ("scaling_models", "Scaling models", model_rows(report)),
+        ("karp_flatt", "Karp–Flatt serial fraction", karp_flatt_rows(report)),
+        ("predictions", "Predictions", prediction_rows(report)),
+    )
+    for name, heading, (headers, rows) in parts:
+        if rows:
+            right = [False] + [True] * (len(headers) - 1)
+            if name in ("scaling_models", "predictions"):
+                right[1 if name == "scaling_models" else 2] = False
+            out.append((name, heading, headers, rows, right, ""))
+    return out

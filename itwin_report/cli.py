@@ -19,7 +19,7 @@ import click
 from itwin_report import __version__
 from itwin_report.compare_command import compare_command
 from itwin_report.emulator.command import emulate_command
-from itwin_report.errors import EXIT_ERROR, GateFailed, ReportError
+from itwin_report.errors import EXIT_ERROR, EXIT_USAGE, GateFailed, ReportError
 from itwin_report.render import FORMATS
 
 DEBUG_ENV = "ITWIN_REPORT_DEBUG"
@@ -194,6 +194,20 @@ def _styled(fmt: str, output: Path | None) -> bool:
     help="Predict epoch time, speedup and efficiency at these worker counts from the fitted "
     "scaling models (e.g. 64,128).",
 )
+@click.option(
+    "--strategy-param",
+    default="strategy",
+    show_default=True,
+    metavar="NAME",
+    help="Run param that names the strategy of a configuration.",
+)
+@click.option(
+    "--workers-param",
+    default="global_world_size",
+    show_default=True,
+    metavar="NAME",
+    help="Run param that holds the number of workers of a configuration.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress or plot messages on stderr.")
 def generate_scalability_report(
     experiment_name: str | None,
@@ -211,6 +225,8 @@ def generate_scalability_report(
     rate_config: str | None,
     scaling: str,
     predict: str | None,
+    strategy_param: str,
+    workers_param: str,
     quiet: bool,
 ) -> None:
     """Read the runs of an experiment and print the scalability report.
@@ -228,6 +244,8 @@ def generate_scalability_report(
       itwin-report generate-scalability-report -e my-exp --format markdown >> "$GITHUB_STEP_SUMMARY"
       itwin-report generate-scalability-report -e my-exp --fail-under-efficiency 0.7 --no-plots
       itwin-report generate-scalability-report -e my-exp --predict 64,128
+      itwin-report generate-scalability-report -e my-exp --strategy-param backend \
+        --workers-param world_size
     """
     from itwin_report import store
     from itwin_report.render import render
@@ -236,12 +254,18 @@ def generate_scalability_report(
     rate = _parse_rate_config(rate_config)
     targets = _parse_workers(predict)
     uri = store.resolve_tracking_uri(tracking_uri)
+    outputs = {"--output": output, "--plot-dir": None if no_plots else plot_dir}
+    conflict = store.check_outputs(uri, outputs)
+    if conflict:
+        raise _Failure(conflict, EXIT_USAGE)
     data = store.load_experiment(
         uri,
         experiment_name,
         _split_names(run_names),
         include_unfinished=include_unfinished,
         show_progress=not quiet,
+        strategy_param=strategy_param,
+        workers_param=workers_param,
     )
     report = build_report(
         data,

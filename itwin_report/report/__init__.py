@@ -9,7 +9,7 @@ import pandas as pd
 from itwin_report.errors import ReportError
 from itwin_report.report.common import normalized
 from itwin_report.report.computation import computation_table
-from itwin_report.report.confidence import add_intervals, fastest_lines
+from itwin_report.report.confidence import fastest_lines
 from itwin_report.report.epoch_time import epoch_time_table, run_means_table
 from itwin_report.report.gpu import gpu_table
 from itwin_report.report.scaling_mode import MODES, decide, weak_efficiency
@@ -82,7 +82,6 @@ def build_report(
     data = normalized(data)
     epoch, w_epoch = epoch_time_table(data, warmup_epochs)
     runs = run_means_table(data, warmup_epochs)
-    epoch = add_intervals(epoch, runs)
     mode, note = decide(data.runs, scaling)
     if mode == "weak":
         epoch = weak_efficiency(epoch, data.runs)

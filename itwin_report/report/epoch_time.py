@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from itwin_report import tables
 from itwin_report.report.common import (
     add_scaling,
     configurations,
@@ -13,18 +14,10 @@ from itwin_report.report.common import (
     lowest_rank_points,
     points,
 )
+from itwin_report.report.confidence import add_intervals
 from itwin_report.schema import EPOCH_TIME, RunData
 
-COLUMNS = [
-    "strategy",
-    "workers",
-    "runs",
-    "epochs",
-    "avg_epoch_time_s",
-    "std_epoch_time_s",
-    "speedup",
-    "efficiency",
-]
+COLUMNS = tables.EPOCH_TIME.names
 
 
 def epoch_points(data: RunData) -> pd.DataFrame:
@@ -58,6 +51,7 @@ def epoch_time_table(data: RunData, warmup_epochs: int = 1) -> tuple[pd.DataFram
         )
     table = finish(rows, COLUMNS[:6])
     table = add_scaling(table, "avg_epoch_time_s", higher_is_better=False)
+    table = add_intervals(table, run_means_table(data, warmup_epochs))
     have = set(zip(table["strategy"], table["workers"], strict=True))
     for strategy, workers in configurations(data.runs):
         if (strategy, workers) not in have:
