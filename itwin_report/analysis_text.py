@@ -110,7 +110,7 @@ def prediction_rows(report: Report) -> tuple[list[str], list[list[str]]]:
                     _fmt(r["avg_epoch_time_s"], ".2f") + " s",
                     interval_text(r["low_s"], r["high_s"], ".2f") + " s",
                     _fmt(r["speedup"], ".2f") + "x",
-                    _fmt(r["efficiency"], ".1%"),
+                    _pct(r["efficiency"]),
                 ]
             )
     return headers, rows

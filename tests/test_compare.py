@@ -97,7 +97,7 @@ def test_formats() -> None:
     cur = side_from_dict(_report(12.0, [11.9, 12.1]), "cur")
     table = compare(base, cur)
     md = render_comparison(table, base, cur, "markdown", 0.05)
-    assert "base\\|x" in md and "| ddp-8 | Epoch time | 10 s | 12 s | +20.0% |" in md
+    assert "base\\|x" in md and "| ddp-8 | Epoch time | 10.00 s | 12.00 s | +20.0% |" in md
     assert "**Regression beyond 5% and noise: ddp-8 epoch time (+20.0%)" in md
     plain = render_comparison(table, base, cur, "table", 0.05)
     assert "REGRESSION" in plain and "\x1b" not in plain
