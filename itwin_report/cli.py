@@ -61,7 +61,8 @@ def main() -> None:
       itwin-report generate-scalability-report --experiment-name emulated-cluster
 
     Exit codes: 0 success, 1 error (bad input, unreachable store), 2 bad usage,
-    3 --fail-under-efficiency found a configuration below the threshold.
+    3 --fail-under-efficiency found a configuration below the threshold,
+    4 compare found a regression.
     """
 
 
