@@ -275,7 +275,7 @@ def render_comparison(
     from itwin_report.masking import mask_text
 
     notes = [mask_text(n) for n in only_on_one_side(baseline, current)]
-    names = f"{mask_text(baseline.name)} -> {mask_text(current.name)}"
+    names = f"{mask_text(baseline.name)} vs {mask_text(current.name)}"
     summary = summary_line(table, max_regression)
     if fmt == "json":
         records = table.astype(object).to_dict("records")
@@ -284,14 +284,15 @@ def render_comparison(
             "current": mask_text(current.name),
             "max_regression": max_regression,
             "comparison": [{str(k): _json_value(v) for k, v in r.items()} for r in records],
-            "regressions": regressions(table),
+            "regressions": [mask_text(r) for r in regressions(table)],
             "notes": notes,
         }
         return json.dumps(payload, indent=2) + "\n"
     if fmt in ("benchmark-json", "benchmark-json-bigger"):
         items = _benchmark(table, current, bigger=fmt.endswith("bigger"))
         return json.dumps(items, indent=2) + "\n"
-    rows = [[_escape(c, fmt) for c in row] for row in comparison_rows(table)]
+    rows = [[_escape(mask_text(c), fmt) for c in row] for row in comparison_rows(table)]
+    summary = _escape(mask_text(summary), fmt)
     if fmt == "markdown":
         out = [f"## Scaling comparison: {_escape(names, fmt)}", ""]
         if rows:
@@ -315,10 +316,18 @@ def render_comparison(
     return "\n".join(lines) + "\n"
 
 
+def safe_name(text: str) -> str:
+    """Masked, with control characters shown as escapes: for messages on a terminal."""
+    from itwin_report.masking import mask_text
+
+    return _escape(mask_text(text), "table")
+
+
 def _escape(text: str, fmt: str) -> str:
-    """Untrusted names: control characters shown as escapes; markdown pipes escaped."""
-    clean = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
-    return clean.replace("|", "\\|") if fmt == "markdown" else clean
+    """Untrusted names escaped for ``fmt`` (terminal or markdown cell)."""
+    from itwin_report.render import safe
+
+    return safe.markdown(text, cell=True) if fmt == "markdown" else safe.terminal(text)
 
 
 def _json_value(value: Any) -> Any:

@@ -102,7 +102,7 @@ def compare_command(
     cur = _side(current, tracking_uri, warmup_epochs, quiet)
     table = compare.compare(base, cur, max_regression)
     _emit(compare.render_comparison(table, base, cur, fmt, max_regression), output)
-    found = compare.regressions(table)
+    found = [compare.safe_name(name) for name in compare.regressions(table)]
     if found:
         raise RegressionFound(
             f"regression beyond {max_regression:.0%} and noise: " + ", ".join(found)

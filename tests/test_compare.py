@@ -196,3 +196,21 @@ def test_compare_bad_input(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
     usage = _invoke("compare", str(bad), str(bad), "--max-regression", "-1")
     assert usage.exit_code == 2
+
+
+def test_names_from_the_store_are_escaped() -> None:
+    hostile = _report(10.0, [9.9, 10.1])
+    for table in ("epoch_time", "throughput", "gpu"):
+        hostile[table][0]["strategy"] = "evil\x1b[31m|x"
+    for row in hostile["runs"]:
+        row["strategy"] = "evil\x1b[31m|x"
+    slow = json.loads(json.dumps(hostile))
+    slow["epoch_time"][0]["avg_epoch_time_s"] = 20.0
+    for row in slow["runs"]:
+        row["avg_epoch_time_s"] += 10.0
+    a, b = side_from_dict(hostile, "a"), side_from_dict(slow, "b")
+    table = compare(a, b)
+    plain = render_comparison(table, a, b, "table", 0.05)
+    assert "\x1b" not in plain and "evil\\x1b[31m|x-8" in plain
+    md = render_comparison(table, a, b, "markdown", 0.05)
+    assert "\x1b" not in md and "evil\\\\x1b\\[31m\\|x-8" in md  # the backslash escaped too

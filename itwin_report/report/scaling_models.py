@@ -100,7 +100,7 @@ class Fit:
 
     @property
     def serial_fraction(self) -> float:
-        """Amdahl's serial fraction ``s`` (also ``σ - κ`` share for the USL)."""
+        """Amdahl's serial fraction ``s`` (NaN for the USL)."""
         return float(self.coef[1] / self.t1) if self.model == "amdahl" else math.nan
 
     @property
@@ -227,7 +227,7 @@ def describe(sm: StrategyModels) -> str:
     trend = ""
     if karp_flatt_rising(kf):
         trend = (
-            f" The Karp–Flatt serial fraction rises from {np.nanmin(kf[1:2]):.3f} to "
+            f" The Karp–Flatt serial fraction rises from {kf[1]:.3f} to "
             f"{kf[-1]:.3f}: overhead grows with the worker count (communication, "
             "synchronisation), not a fixed serial part."
         )
