@@ -129,3 +129,13 @@ def test_fastest_only_when_intervals_separate() -> None:
     assert lines[0] == "Fastest strategy at 4 GPUs: a"
     assert lines[1].startswith("Fastest strategy at 8 GPUs: within noise (a has the lowest")
     assert lines[2].startswith("Fastest strategy at 16 GPUs: cannot tell")
+
+
+def test_welch_false_alarm_rate_on_equal_means() -> None:
+    """Two sets of 3 runs from the same distribution differ 'beyond noise' about 5 % of the time."""
+    rng = np.random.default_rng(3)
+    trials = 3000
+    a = 50.0 * (1 + 0.03 * rng.standard_normal((trials, 3)))
+    b = 50.0 * (1 + 0.03 * rng.standard_normal((trials, 3)))
+    alarms = sum(welch_test(x, y)[2] for x, y in zip(a, b, strict=True))
+    assert 0.025 <= alarms / trials <= 0.07
