@@ -372,7 +372,8 @@ def prediction_figure(report: Report) -> Figure | None:
         last, top = float(sm.workers.max()), float(mine["workers"].max())
         ax.plot(sm.workers, sm.times, "o", color=color, label=f"{sm.strategy} measured")
         grid = np.geomspace(float(sm.workers.min()), max(top, last), 80)
-        ax.plot(grid, fit.predict(grid), "-", color=color, label=f"{sm.strategy} {fit.model} fit")
+        name = {"amdahl": "Amdahl", "usl": "USL"}[fit.model]
+        ax.plot(grid, fit.predict(grid), "-", color=color, label=f"{sm.strategy} {name} fit")
         beyond = np.geomspace(last, max(top, last), 40)
         bounds = np.array([fit.interval(float(w))[1:] for w in beyond])
         ax.fill_between(beyond, bounds[:, 0], bounds[:, 1], color=color, alpha=0.15)

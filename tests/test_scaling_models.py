@@ -24,6 +24,7 @@ from itwin_report.report.scaling_models import (
     predict,
 )
 
+NAMES = {"amdahl": "Amdahl", "usl": "USL"}
 WORKERS = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])
 
 
@@ -184,7 +185,7 @@ def test_prediction_figure_content(analysis_store: tuple[str, Path]) -> None:
     labels = ax.get_legend_handles_labels()[1]
     assert labels[:2] == [
         "torch-ddp measured",
-        f"torch-ddp {report.analysis.predictions['model'][0]} fit",
+        f"torch-ddp {NAMES[report.analysis.predictions['model'][0]]} fit",
     ]
     measured = ax.lines[0]
     assert list(measured.get_xdata()) == [4, 8, 16, 32]
