@@ -7,6 +7,8 @@ import math
 import numpy as np
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from itwin_report.report.confidence import (
     add_intervals,
@@ -139,3 +141,22 @@ def test_welch_false_alarm_rate_on_equal_means() -> None:
     b = 50.0 * (1 + 0.03 * rng.standard_normal((trials, 3)))
     alarms = sum(welch_test(x, y)[2] for x, y in zip(a, b, strict=True))
     assert 0.025 <= alarms / trials <= 0.07
+
+
+@given(
+    st.lists(st.floats(1.0, 1000.0), min_size=2, max_size=6),
+    st.lists(st.floats(1.0, 1000.0), min_size=2, max_size=6),
+    st.floats(0.01, 100.0),
+)
+@settings(max_examples=60, deadline=None)
+def test_ratio_interval_properties(a: list[float], b: list[float], scale: float) -> None:
+    r, low, high = ratio_interval(a, b)
+    assert low <= r <= high
+    assert r == pytest.approx(np.mean(a) / np.mean(b))
+    # units do not matter: both sides in ms instead of s give the same interval
+    assert ratio_interval([x * scale for x in a], [x * scale for x in b]) == pytest.approx(
+        (r, low, high)
+    )
+    # the inverse ratio's interval is the inverse interval
+    r2, low2, high2 = ratio_interval(b, a)
+    assert (r2, low2, high2) == pytest.approx((1 / r, 1 / high, 1 / low))
