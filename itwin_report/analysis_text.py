@@ -73,7 +73,18 @@ def interval_text(low: Any, high: Any, fmt: str) -> str:
 
 def model_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     """(headers, rows) of the fitted-models table."""
-    headers = ["Strategy", "Model", "Points", "Serial fr.", "σ", "κ", "Peak", "R²", "LOO err", ""]
+    headers = [
+        "Strategy",
+        "Model",
+        "Points",
+        "Serial fr.",
+        "σ",
+        "κ",
+        "Peak",
+        "R²",
+        "LOO err",
+        "Chosen",
+    ]
     rows = []
     if report.analysis is not None:
         for r in _records(report.analysis.models):
@@ -90,7 +101,7 @@ def model_rows(report: Report) -> tuple[list[str], list[list[str]]]:
                     else _fmt(r["peak_workers"], ".0f"),
                     _fmt(r["r2"], ".4f"),
                     _fmt(r["loo_error"], ".1%"),
-                    "chosen" if r["chosen"] else "",
+                    "yes" if r["chosen"] else "no",
                 ]
             )
     return headers, rows
@@ -189,7 +200,9 @@ def analysis_tables(report: Report) -> list[TableParts]:
     for name, heading, (headers, rows) in parts:
         if rows:
             right = [False] + [True] * (len(headers) - 1)
-            if name in ("scaling_models", "predictions"):
-                right[1 if name == "scaling_models" else 2] = False
+            if name == "scaling_models":
+                right[1] = right[-1] = False
+            if name == "predictions":
+                right[2] = False
             out.append((name, heading, headers, rows, right, ""))
     return out

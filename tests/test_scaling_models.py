@@ -197,3 +197,23 @@ def test_prediction_figure_content(analysis_store: tuple[str, Path]) -> None:
     speed = speedup_figure(report)
     bars = [c for c in speed.axes[0].collections if c.get_segments()]
     assert sum(len(c.get_segments()) for c in bars) == 4
+
+
+def test_analysis_in_the_text_report(analysis_store: tuple[str, Path]) -> None:
+    from itwin_report.render import render
+    from itwin_report.report import build_report
+    from itwin_report.store import load_experiment
+
+    uri, _ = analysis_store
+    report = build_report(load_experiment(uri, "base", show_progress=False), predict_workers=[64])
+    assert report.analysis is not None
+    text = render(report, "table")
+    assert "Speedup and efficiency, 95 % intervals" in text
+    row = report.analysis.predictions.iloc[0]
+    line = next(x for x in text.splitlines() if x.startswith("torch-ddp") and " 64 " in x)
+    assert f"{row['avg_epoch_time_s']:.2f} s" in line
+    assert f"{row['low_s']:.2f}–{row['high_s']:.2f} s" in line
+    for sentence in report.analysis.model_lines:
+        assert f"- {sentence}" in text
+    md = render(report, "markdown")
+    assert "## Scaling models" in md and "## Predictions" in md
