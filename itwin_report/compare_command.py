@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from itwin_report.errors import RegressionFound
+from itwin_report.errors import RegressionFound, ReportError
 
 if TYPE_CHECKING:
     from itwin_report.compare import Side
@@ -23,6 +23,8 @@ def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool
     path = Path(source)
     if path.is_file():
         return compare.load_side_file(path)
+    if path.suffix.lower() == ".json":
+        raise ReportError(f"no such report file: {source}")
     uri = store.resolve_tracking_uri(tracking_uri)
     data = store.load_experiment(uri, source, [], show_progress=not quiet)
     return compare.side_from_report(build_report(data, warmup_epochs=warmup_epochs), source)

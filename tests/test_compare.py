@@ -194,6 +194,8 @@ def test_compare_bad_input(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert result.stderr.startswith("Error: ") and "not valid JSON" in result.stderr
     assert "Traceback" not in result.output
+    missing = _invoke("compare", str(tmp_path / "nope.json"), str(bad))
+    assert missing.exit_code == 1 and "no such report file" in missing.stderr
     usage = _invoke("compare", str(bad), str(bad), "--max-regression", "-1")
     assert usage.exit_code == 2
 
