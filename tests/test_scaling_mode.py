@@ -98,7 +98,7 @@ def _report(uri: str, *extra: str) -> Any:
 def test_weak_scaling_through_the_command(tmp_path: Path) -> None:
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     _weak_store(uri)
-    report = _report(uri)
+    report = _report(uri, "--predict", "64")
     assert report["scaling"] == "weak"
     assert report["scaling_note"].startswith("Weak scaling (auto)")
     # mean epoch time after warm-up (steps 1, 2) of both jobs: base + 0.05 + 0.075
@@ -106,7 +106,8 @@ def test_weak_scaling_through_the_command(tmp_path: Path) -> None:
     for row in report["epoch_time"]:
         assert row["speedup"] is None
         assert row["efficiency"] == pytest.approx(times[4] / times[row["workers"]])
-    assert report["predictions"] == []
+    assert report["predictions"] == [] and report["scaling_models"] == []
+    assert report["prediction_notes"][0].startswith("no predictions under weak scaling")
     forced = _report(uri, "--scaling", "strong", "--predict", "64")
     assert forced["scaling"] == "strong"
     assert forced["epoch_time"][1]["speedup"] == pytest.approx(times[4] / times[8])
