@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+from itwin_report.masking import mask_text
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -21,10 +23,13 @@ MODEL_NAMES = {"amdahl": "Amdahl", "usl": "USL"}
 
 
 def _plain(value: Any) -> Any:
+    """JSON-safe scalar: numpy -> Python, NaN/inf -> None, text masked."""
     if hasattr(value, "item"):
         value = value.item()
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
+    if isinstance(value, str):
+        return mask_text(value)
     return value
 
 
@@ -55,12 +60,12 @@ def json_fields(report: Report) -> dict[str, Any]:
         "scaling": a.scaling,
         "scaling_note": a.scaling_note,
         "runs": _records(a.run_means),
-        "fastest": list(a.fastest),
+        "fastest": [mask_text(line) for line in a.fastest],
         "scaling_models": _records(a.models),
         "karp_flatt": _records(a.karp_flatt),
-        "model_summary": list(a.model_lines),
+        "model_summary": [mask_text(line) for line in a.model_lines],
         "predictions": _records(a.predictions),
-        "prediction_notes": list(a.prediction_notes),
+        "prediction_notes": [mask_text(line) for line in a.prediction_notes],
     }
 
 

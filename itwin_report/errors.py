@@ -2,7 +2,8 @@
 
 Exit codes: 0 success, 1 user error or unreachable store (:class:`ReportError`),
 2 bad usage (Click's own), 3 the efficiency gate failed (:class:`GateFailed`), 4 ``compare``
-found a regression (:class:`RegressionFound`).
+found a regression (:class:`RegressionFound`), 130 interrupted by SIGINT (Ctrl-C), 143
+terminated by SIGTERM (:class:`Interrupted`).
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_GATE = 3
 EXIT_REGRESSION = 4
+EXIT_SIGINT = 130
+EXIT_SIGNAL_BASE = 128  # interrupted: 128 + the signal's number (130 SIGINT, 143 SIGTERM)
 
 
 class ReportError(Exception):
@@ -38,3 +41,15 @@ class RegressionFound(ReportError):
     """``compare`` found a change for the worse beyond the threshold and beyond noise."""
 
     exit_code = EXIT_REGRESSION
+
+
+class Interrupted(BaseException):
+    """SIGTERM (or SIGINT) received: unwinds like Ctrl-C so temporary files are removed.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so no ``except Exception`` swallows it.
+    """
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+        self.exit_code = EXIT_SIGNAL_BASE + signum
