@@ -95,9 +95,9 @@ def _job(
 
 
 def _experiment(w: Any, uri: str, name: str) -> str:
-    from itwin_report.store import mlflow_api
+    from itwin_report.emulator import mlflow_writer
 
-    return str(w.experiment_id(name, mlflow_api.default_artifact_location(uri, name)))
+    return str(w.experiment_id(name, mlflow_writer.artifact_location(uri, name)))
 
 
 # experiment name -> list of job keyword arguments (strategy, size and the bad part)
@@ -137,11 +137,11 @@ class Stores:
 
 @pytest.fixture(scope="module")
 def stores(tmp_path_factory: pytest.TempPathFactory) -> Stores:
-    from itwin_report.store import mlflow_api
+    from itwin_report.emulator import mlflow_writer
 
     root = tmp_path_factory.mktemp("bad-inputs")
     uri = f"sqlite:///{root / 'mlflow.db'}"
-    w = mlflow_api.RunWriter(uri)
+    w = mlflow_writer.RunWriter(uri)
     t = T0
     exp = _experiment(w, uri, "good")
     for size in (2, 4):
@@ -158,7 +158,7 @@ def stores(tmp_path_factory: pytest.TempPathFactory) -> Stores:
             t += 100_000
 
     file_store = root / "filestore"
-    fw = mlflow_api.RunWriter(str(file_store))
+    fw = mlflow_writer.RunWriter(str(file_store))
     exp = _experiment(fw, str(file_store), "good")
     _job(fw, exp, "ddp", 2, T0)
     _job(fw, exp, "ddp", 4, T0 + 100_000)
@@ -480,19 +480,17 @@ CASES = [
         E("--workers", "100000000"),
         2,
         nothing_written,
-        needs="emu",
-        run=False,  # without the fix it allocates until the kernel kills it
     ),
-    Case("emulate-workers-zero", E("--workers", "0"), 2, nothing_written, needs="emu"),
-    Case("emulate-seed-negative", E("--seed", "-1"), 2, nothing_written, needs="emu"),
-    Case("emulate-repeats-zero", E("--repeats", "0"), 2, nothing_written, needs="emu"),
-    Case("emulate-epochs-zero", E("--epochs", "0"), 2, nothing_written, needs="emu"),
-    Case("emulate-unknown-strategy", E("--strategies", "mpi"), 2, nothing_written, needs="emu"),
-    Case("emulate-bad-set", E("--set", "nonsense"), 2, nothing_written, needs="emu"),
-    Case("emulate-empty-name", E("--experiment-name", " "), 2, nothing_written, needs="emu"),
-    Case("emulate-foreign-db", E(store="sqlite:///{own}/other-app.db"), 1, needs="emu"),
-    Case("emulate-text-file-db", E(store="sqlite:///{own}/notes.db"), 1, needs="emu"),
-    Case("emulate-old-schema", E(store="sqlite:///{own}/old-schema.db"), 1, needs="emu"),
+    Case("emulate-workers-zero", E("--workers", "0"), 2, nothing_written),
+    Case("emulate-seed-negative", E("--seed", "-1"), 2, nothing_written),
+    Case("emulate-repeats-zero", E("--repeats", "0"), 2, nothing_written),
+    Case("emulate-epochs-zero", E("--epochs", "0"), 2, nothing_written),
+    Case("emulate-unknown-strategy", E("--strategies", "mpi"), 2, nothing_written),
+    Case("emulate-bad-set", E("--set", "nonsense"), 2, nothing_written),
+    Case("emulate-empty-name", E("--experiment-name", " "), 2, nothing_written),
+    Case("emulate-foreign-db", E(store="sqlite:///{own}/other-app.db"), 1),
+    Case("emulate-text-file-db", E(store="sqlite:///{own}/notes.db"), 1),
+    Case("emulate-old-schema", E(store="sqlite:///{own}/old-schema.db"), 1),
     Case("emulate-closed-port", E(store=f"http://u:{SECRET}@127.0.0.1:{{port}}"), 1),
 ]
 

@@ -64,10 +64,10 @@ def test_weak_efficiency_is_throughput_per_gpu_against_the_base() -> None:
 
 def _weak_store(uri: str) -> None:
     """Two jobs per worker count; samples_per_epoch = 250 per GPU; epoch time grows slowly."""
-    from itwin_report.store import mlflow_api
+    from itwin_report.emulator import mlflow_writer
 
-    w = mlflow_api.RunWriter(uri)
-    exp = w.experiment_id("weak", mlflow_api.default_artifact_location(uri, "weak"))
+    w = mlflow_writer.RunWriter(uri)
+    exp = w.experiment_id("weak", mlflow_writer.artifact_location(uri, "weak"))
     t = T0
     for workers, base in ((4, 10.0), (8, 10.5), (16, 11.2)):
         for repeat in range(2):
