@@ -120,3 +120,33 @@ def test_predict_option_validation() -> None:
     result = CliRunner().invoke(main, ["generate-scalability-report", "--predict", "64,x"])
     assert result.exit_code == 2
     assert "expected positive worker counts" in result.stderr
+
+
+def test_emulated_weak_scaling_is_detected_and_matches_the_truth(tmp_path: Path) -> None:
+    """``emulate --scaling weak`` (noise-free): auto finds weak scaling; efficiency = truth's."""
+    from itwin_report.emulator import EmulationOptions, expected_truth, run_emulation
+    from itwin_report.report import build_report
+    from itwin_report.store import load_experiment
+
+    options = EmulationOptions(
+        strategies=("torch-ddp",),
+        workers=(2, 4, 8),
+        epochs=3,
+        repeats=1,
+        scaling="weak",
+        overrides=("noise=0",),
+        log_on_workers="0",
+        experiment_name="weak-emulated",
+    )
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run_emulation(options, uri)
+    truth = {c["workers"]: c for c in expected_truth(options)["configurations"]}
+    report = build_report(load_experiment(uri, "weak-emulated", show_progress=False))
+    assert report.analysis is not None and report.analysis.scaling == "weak"
+
+    def per_gpu(w: int) -> float:
+        c = truth[w]
+        return c["samples_per_epoch"] / (w * c["mean_epoch_time_after_warmup_s"])
+
+    for row in report.epoch_time.to_dict("records"):
+        assert row["efficiency"] == pytest.approx(per_gpu(row["workers"]) / per_gpu(2), rel=1e-6)
