@@ -6,7 +6,6 @@ commands import the loader, the report and the plots when they run.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -164,6 +163,13 @@ def _parse_workers(value: str | None) -> list[int]:
     return [int(p) for p in parts]
 
 
+def _finite(value: float | None, param: click.Parameter) -> float | None:
+    """Reject nan and inf, which every comparison would let through."""
+    if value is not None and not (value - value == 0):
+        raise click.BadParameter(f"{value} is not a finite number", param=param)
+    return value
+
+
 class _Threshold(click.ParamType):
     """A finite number >= 0 (``nan`` and ``inf`` are bad usage, not a gate that always passes)."""
 
@@ -251,6 +257,22 @@ def _styled(fmt: str, output: Path | None) -> bool:
     help="Exit with code 3 when any configuration's parallel efficiency is below X (e.g. 0.7).",
 )
 @click.option(
+    "--baseline",
+    type=click.Choice(["auto", "single-gpu", "per-strategy"]),
+    default="auto",
+    show_default=True,
+    help="Speedup against the single-GPU run for every strategy (auto: when there is one), "
+    "or against each strategy's own smallest worker count.",
+)
+@click.option(
+    "--samples-per-epoch",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="N",
+    callback=lambda ctx, param, value: _finite(value, param),
+    help="Samples per epoch of every run, for throughput from epoch time (default: the "
+    "samples_per_epoch param, else batch_size x batches per epoch x workers).",
+)
+@click.option(
     "--include-unfinished",
     is_flag=True,
     help="Keep runs that are not FINISHED (running, killed, failed).",
@@ -308,6 +330,8 @@ def generate_scalability_report(
     plot_format: str,
     no_plots: bool,
     fail_under_efficiency: float | None,
+    baseline: str,
+    samples_per_epoch: float | None,
     include_unfinished: bool,
     throughput_source: str,
     rate_config: str | None,
@@ -331,6 +355,8 @@ def generate_scalability_report(
       itwin-report generate-scalability-report -e my-exp --tracking-uri http://127.0.0.1:5000
       itwin-report generate-scalability-report -e my-exp --format markdown >> "$GITHUB_STEP_SUMMARY"
       itwin-report generate-scalability-report -e my-exp --fail-under-efficiency 0.7 --no-plots
+      itwin-report generate-scalability-report -e my-exp --baseline per-strategy
+      itwin-report generate-scalability-report -e my-exp --samples-per-epoch 8192
       itwin-report generate-scalability-report -e my-exp --predict 64,128
       itwin-report generate-scalability-report -e my-exp --strategy-param backend \
         --workers-param world_size
@@ -360,6 +386,8 @@ def generate_scalability_report(
         warmup_epochs=warmup_epochs,
         rate_config=rate,
         throughput_source=throughput_source,
+        baseline=baseline,
+        samples_per_epoch=samples_per_epoch,
         scaling=scaling,
         predict_workers=targets,
     )
@@ -426,10 +454,9 @@ def merge_performance(files: tuple[Path, ...], output: Path | None) -> None:
     Example:
       itwin-report merge-performance w0/performance.json w1/performance.json -o performance.json
     """
-    from itwin_report.performance import merge_files
+    from itwin_report.performance import merge_files, to_json
 
-    merged = merge_files(list(files))
-    _emit(json.dumps(merged, indent=4, sort_keys=True) + "\n", output)
+    _emit(to_json(merge_files(list(files))), output)
 
 
 main.add_command(emulate_command)

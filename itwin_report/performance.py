@@ -18,6 +18,30 @@ from itwin_report.schema import PERFORMANCE_FIELDS
 
 REQUIRED = ("total_samples", "total_time")
 NUMERIC = tuple(f for f in PERFORMANCE_FIELDS if f != "suspected_input_bottleneck")
+ORDINAL_FIELDS = ("total_samples", "total_time", "samples_per_sec")
+
+
+def _is_number(value: object) -> bool:
+    """A JSON number that is finite as a float (no bool, NaN, Infinity, 1e400, 400 digits)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:
+        return False
+
+
+def _check_ordinals(ordinals: object, source: str) -> None:
+    """``ordinals``: worker ordinals (integers >= 0) or per-worker summaries (objects)."""
+    if not isinstance(ordinals, list):
+        raise DataError(f"{source}: ordinals is not a list")
+    for item in ordinals:
+        if isinstance(item, dict):
+            bad = [f for f in ORDINAL_FIELDS if f in item and not _is_number(item[f])]
+            if bad:
+                raise DataError(f"{source}: an ordinal's {bad[0]} is not a finite number")
+        elif isinstance(item, bool) or not isinstance(item, int) or not 0 <= item < 10**9:
+            raise DataError(f"{source}: ordinals holds {str(item)[:40]!r}, not a worker ordinal")
 
 
 def check_record(record: object, source: str) -> dict:
@@ -34,25 +58,39 @@ def check_record(record: object, source: str) -> dict:
         raise DataError(f"{source}: missing field(s) {', '.join(missing)}")
     for name in NUMERIC:
         value = record.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
-            raise DataError(f"{source}: field {name} is not a number: {value!r}")
+        if value is not None and not _is_number(value):
+            raise DataError(f"{source}: field {name} is not a finite number: {str(value)[:40]!r}")
     flag = record.get("suspected_input_bottleneck", False)
     if not isinstance(flag, bool):
         raise DataError(f"{source}: suspected_input_bottleneck is not true/false: {flag!r}")
-    if "ordinals" in record and not isinstance(record["ordinals"], list):
-        raise DataError(f"{source}: ordinals is not a list")
+    if "ordinals" in record:
+        _check_ordinals(record["ordinals"], source)
     return record
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def parse_json(text: str | bytes) -> object:
+    """Strict JSON: ``NaN``/``Infinity`` rejected (``ValueError``), nesting capped by recursion."""
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
 
 
 def read_record(path: Path) -> dict:
     """Load one performance.json; ``DataError`` naming the file if unusable."""
     path = Path(path)
     try:
-        record = json.loads(path.read_text(encoding="utf-8"))
+        record = parse_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise DataError(f"{path}: not a readable JSON file ({exc})") from None
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise DataError(f"{path}: not a readable JSON file ({str(exc)[:200]})") from None
     return check_record(record, str(path))
 
 
@@ -86,6 +124,21 @@ def merge_files(paths: Sequence[Path]) -> dict:
     return merge_records([read_record(Path(p)) for p in paths], [str(p) for p in paths])
 
 
+def to_json(merged: dict) -> str:
+    """The merged record as strict JSON: an unknown value (NaN) is written as null."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [plain(v) for v in value]
+        return value
+
+    return json.dumps(plain(merged), indent=4, sort_keys=True, allow_nan=False) + "\n"
+
+
 def record_count(record: dict) -> int:
     """How many workers a record stands for: len(ordinals), else its ``records``, else 1."""
     if isinstance(record.get("ordinals"), list):
@@ -97,7 +150,7 @@ def record_count(record: dict) -> int:
 def _ordinals(record: dict) -> list[dict]:
     """The per-worker summaries a record contributes to the merged ``ordinals``."""
     if isinstance(record.get("ordinals"), list):
-        return [dict(o) for o in record["ordinals"]]
+        return [dict(o) if isinstance(o, dict) else o for o in record["ordinals"]]
     total_time = _num(record, "total_time")
     samples = _num(record, "total_samples")
     return [

@@ -17,6 +17,7 @@ workers             int      ``params.global_world_size``
 rank                int      ``params.global_rank``
 probing_interval    float    seconds between GPU samples (NaN when not logged)
 samples_per_epoch   float    ``params.samples_per_epoch`` when logged, else NaN
+batch_size          float    ``params.batch_size`` (samples per batch per worker), else NaN
 status              str      MLflow run status of the worker run (FINISHED, KILLED, ...)
 ==================  =======  =============================================================
 
@@ -24,17 +25,24 @@ status              str      MLflow run status of the worker run (FINISHED, KILL
 Columns ``run_id, key, step (int), value (float), timestamp (int, ms)``.
 
 ``profiles``: rows of the ``torch_profiling_averages.csv`` artifacts.
-Columns ``run_id, name, self_cuda_time_total (float, microseconds)``.
+Columns ``run_id, name, self_cuda_time_total (float, microseconds)`` and the CSV's own
+``global_rank``, ``num_gpus`` (float, NaN when the CSV lacks them) and ``strategy`` (as
+``csv_strategy``, "" when absent), which say which worker wrote the file.
 
 ``performance``: one row per ``performance/performance.json`` artifact found.
 Columns ``run_id`` plus :data:`PERFORMANCE_FIELDS` and ``records`` (how many workers'
 records the file already merges: 1 for a single worker's file).
+
+Columns in :data:`OPTIONAL_COLUMNS` may be absent from a frame handed to :class:`RunData`; they
+are then filled with their default. Valid ranges are enforced by ``itwin_report.validate``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -44,7 +52,25 @@ GPU_POWER = "gpu_power_W"
 GPU_UTIL = "gpu_utilization_percent"
 RATE = "local_samples_per_sec"
 GLOBAL_RATE = "avg_samples_per_sec"
-METRIC_KEYS: tuple[str, ...] = (EPOCH_TIME, GPU_POWER, GPU_UTIL, RATE, GLOBAL_RATE)
+TRAIN_LOSS_EPOCH = "train_loss_epoch"  # step = cumulative batch count of the rank
+METRIC_KEYS: tuple[str, ...] = (
+    EPOCH_TIME,
+    GPU_POWER,
+    GPU_UTIL,
+    RATE,
+    GLOBAL_RATE,
+    TRAIN_LOSS_EPOCH,
+)
+
+# worker-run params the loader reads
+WORKER_PARAMS: tuple[str, ...] = (
+    "strategy",
+    "global_rank",
+    "global_world_size",
+    "probing_interval",
+    "samples_per_epoch",
+    "batch_size",
+)
 
 # artifacts the report reads, relative to a worker run's artifact root
 PROFILE_ARTIFACT = "torch_profiling_averages/torch_profiling_averages.csv"
@@ -59,6 +85,7 @@ RUN_COLUMNS: dict[str, str] = {
     "rank": "int64",
     "probing_interval": "float64",
     "samples_per_epoch": "float64",
+    "batch_size": "float64",
     "status": "str",
 }
 METRIC_COLUMNS: dict[str, str] = {
@@ -72,6 +99,9 @@ PROFILE_COLUMNS: dict[str, str] = {
     "run_id": "str",
     "name": "str",
     "self_cuda_time_total": "float64",
+    "global_rank": "float64",
+    "num_gpus": "float64",
+    "csv_strategy": "str",
 }
 PERFORMANCE_FIELDS: tuple[str, ...] = (
     "total_samples",
@@ -95,6 +125,19 @@ PERFORMANCE_COLUMNS: dict[str, str] = {
 }
 
 
+# columns a frame may lack (older loaders, hand-built data): filled with these defaults
+OPTIONAL_COLUMNS: dict[str, dict[str, Any]] = {
+    "runs": {"batch_size": float("nan")},
+    "profiles": {"global_rank": float("nan"), "num_gpus": float("nan"), "csv_strategy": ""},
+}
+FRAMES: dict[str, dict[str, str]] = {
+    "runs": RUN_COLUMNS,
+    "metrics": METRIC_COLUMNS,
+    "profiles": PROFILE_COLUMNS,
+    "performance": PERFORMANCE_COLUMNS,
+}
+
+
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
     """An empty frame with the given columns and dtypes."""
     return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in columns.items()})
@@ -105,6 +148,10 @@ def conform(frame: pd.DataFrame, columns: dict[str, str], what: str) -> pd.DataF
 
     Raises ``ValueError`` naming the missing columns: a loader bug, not a user error.
     """
+    defaults = OPTIONAL_COLUMNS.get(what, {})
+    absent = {c: v for c, v in defaults.items() if c not in frame.columns}
+    if absent:
+        frame = frame.assign(**absent)
     missing = [c for c in columns if c not in frame.columns]
     if missing:
         raise ValueError(f"{what} frame lacks columns {missing}")
@@ -129,12 +176,60 @@ class RunData:
     warnings: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.runs = conform(self.runs, RUN_COLUMNS, "runs")
-        self.metrics = conform(self.metrics, METRIC_COLUMNS, "metrics")
-        self.profiles = conform(self.profiles, PROFILE_COLUMNS, "profiles")
-        self.performance = conform(self.performance, PERFORMANCE_COLUMNS, "performance")
+        for name, columns in FRAMES.items():
+            setattr(self, name, conform(getattr(self, name), columns, name))
+
+    def save(self, directory: str | Path) -> Path:
+        """Write the frames as ``<frame>.csv`` and the rest as ``meta.json`` in ``directory``.
+
+        Floats are written with full precision, so :meth:`load` gives back equal frames.
+        """
+        root = Path(directory)
+        root.mkdir(parents=True, exist_ok=True)
+        for name in FRAMES:
+            getattr(self, name).to_csv(root / f"{name}.csv", index=False)
+        meta = {
+            "format": SAVE_FORMAT,
+            "experiment": self.experiment,
+            "tracking_uri": self.tracking_uri,
+            "warnings": self.warnings,
+        }
+        (root / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
+        return root
+
+    @classmethod
+    def load(cls, directory: str | Path) -> RunData:
+        """Read what :meth:`save` wrote; ``ValueError`` when it is not such a directory."""
+        root = Path(directory)
+        try:
+            meta = json.loads((root / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{root}: not saved run data ({exc})") from None
+        if not isinstance(meta, dict) or meta.get("format") != SAVE_FORMAT:
+            raise ValueError(f"{root}: not saved run data (unknown format)")
+        frames = {name: _read_csv(root / f"{name}.csv", cols) for name, cols in FRAMES.items()}
+        return cls(
+            experiment=str(meta["experiment"]),
+            tracking_uri=str(meta["tracking_uri"]),
+            warnings=[str(w) for w in meta.get("warnings", [])],
+            **frames,
+        )
 
 
-def keys_present(metrics: pd.DataFrame, keys: Iterable[str]) -> set[str]:
-    """The subset of ``keys`` that has at least one point in ``metrics``."""
-    return set(metrics["key"].unique()) & set(keys)
+SAVE_FORMAT = "itwin-report-run-data/1"
+
+
+def _read_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
+    """One saved frame: text columns read verbatim ("" stays "", "nan" stays "nan")."""
+    text = [c for c, t in columns.items() if t == "str"]
+    numeric = [c for c in columns if c not in text]
+    frame = pd.read_csv(
+        path,
+        dtype={c: "str" for c in text},
+        keep_default_na=False,
+        na_values={c: [""] for c in numeric},
+    )
+    for name, dtype in columns.items():
+        if dtype == "bool" and name in frame:
+            frame[name] = frame[name].map({"True": True, "False": False, True: True, False: False})
+    return frame

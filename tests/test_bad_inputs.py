@@ -381,12 +381,12 @@ CASES = [
                 "probing-negative": interval_from_steps,
                 "probing-infinite": interval_from_steps,
             }.get(name, sane_numbers),
-            needs="" if name.startswith("perf-") or name == "duplicated-steps" else "data",
+            needs="",
         )
         for name in BAD_DATA
         if name != "trailing-space"
     ],
-    Case("data-trailing-space", R("trailing-space"), 0, distinct_rows, needs="data"),
+    Case("data-trailing-space", R("trailing-space"), 0, distinct_rows),
     # --- report: bad usage exits 2
     Case("usage-warmup-negative", R("good", "--warmup-epochs", "-1"), 2),
     Case("usage-warmup-text", R("good", "--warmup-epochs", "two"), 2),
@@ -463,14 +463,13 @@ CASES = [
         1,
         nothing_written,
     ),
-    Case("merge-infinity", M("{work}/inputs/infinity.json"), 1, needs="data"),
-    Case("merge-1e400", M("{work}/inputs/1e400.json"), 1, needs="data"),
-    Case("merge-deep", M("{work}/inputs/deep.json"), 1, needs="data"),
+    Case("merge-infinity", M("{work}/inputs/infinity.json"), 1),
+    Case("merge-1e400", M("{work}/inputs/1e400.json"), 1),
+    Case("merge-deep", M("{work}/inputs/deep.json"), 1),
     Case(
         "merge-text-ordinals",
         M("{work}/inputs/a.json", "{work}/inputs/text-ordinals.json"),
         1,
-        needs="data",
     ),
     Case("merge-list", M("{work}/inputs/list.json"), 1),
     Case("merge-output-dir-missing", M("{work}/inputs/a.json", "-o", "{work}/x/y/m.json"), 1),

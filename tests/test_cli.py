@@ -91,6 +91,7 @@ def test_json_report_schema(store: str) -> None:
         "gpu",
         "computation",
         "throughput",
+        "baseline",
         "warnings",
         *("scaling", "scaling_note", "runs", "fastest", "scaling_models", "karp_flatt"),
         *("model_summary", "predictions", "prediction_notes"),

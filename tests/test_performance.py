@@ -75,9 +75,58 @@ def test_files(tmp_path: Path) -> None:
         read_record(partial)
     wrong = tmp_path / "wrong.json"
     wrong.write_text(json.dumps(rec(1, 1) | {"total_time": "soon"}))
-    with pytest.raises(DataError, match="total_time is not a number"):
+    with pytest.raises(DataError, match="total_time is not a finite number"):
         read_record(wrong)
     listy = tmp_path / "list.json"
     listy.write_text("[]")
     with pytest.raises(DataError, match="expected a JSON object"):
         read_record(listy)
+
+
+HOSTILE = {
+    "infinity": '{"total_samples": 1, "total_time": Infinity}',
+    "nan": '{"total_samples": NaN, "total_time": 1}',
+    "1e400": '{"total_samples": 1e400, "total_time": 1}',
+    "huge-int": '{"total_samples": 1' + "0" * 400 + ', "total_time": 1}',
+    "giant-int": '{"total_samples": 1' + "0" * 5000 + ', "total_time": 1}',
+    "deep": '{"total_samples": 1, "total_time": 1, "x": ' + "[" * 100_000 + "]" * 100_000 + "}",
+    "ordinals-text": '{"total_samples": 1, "total_time": 1, "ordinals": ["a", "b"]}',
+    "ordinals-nan": '{"total_samples": 1, "total_time": 1, "ordinals": [{"total_time": "x"}]}',
+    "ordinals-bool": '{"total_samples": 1, "total_time": 1, "ordinals": [true]}',
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_merge_performance_rejects_hostile_files_in_one_line(case: str, tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from itwin_report.cli import main
+
+    good, bad = tmp_path / "good.json", tmp_path / f"{case}.json"
+    good.write_text(json.dumps(rec(10, 1)))
+    bad.write_text(HOSTILE[case])
+    out = tmp_path / "merged.json"
+    result = CliRunner().invoke(main, ["merge-performance", str(good), str(bad), "-o", str(out)])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: ") and f"{case}.json" in lines[0]
+    assert "unexpected" not in lines[0] and not out.exists()
+
+
+def test_merged_output_is_strict_json_with_null_for_unknown(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from itwin_report.cli import main
+
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    a.write_text(json.dumps(rec(100, 4) | {"est_samples_per_sec": None, "ordinals": [0]}))
+    b.write_text(json.dumps(rec(300, 5) | {"est_samples_per_sec": None}))
+    result = CliRunner().invoke(main, ["merge-performance", str(a), str(b)])
+    assert result.exit_code == 0, result.output
+
+    def refuse(name: str) -> None:
+        raise AssertionError(f"{name} written")
+
+    merged = json.loads(result.stdout, parse_constant=refuse)
+    assert merged["est_samples_per_sec"] is None and merged["total_samples"] == 400
+    assert merged["records"] == 2 and merged["ordinals"][0] == 0

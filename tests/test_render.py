@@ -130,7 +130,7 @@ def test_markdown_csv_json() -> None:
     assert obj == report_to_dict(hand_report())
     assert set(obj) == {
         "experiment", "tracking_uri", "warmup_epochs", "epoch_time", "gpu",
-        "computation", "throughput", "warnings",
+        "computation", "throughput", "baseline", "warnings",
     }  # fmt: skip
     assert obj["epoch_time"][1]["std_epoch_time_s"] is None
     assert obj["throughput"][0]["input_bound"] is False

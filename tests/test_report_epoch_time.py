@@ -94,5 +94,9 @@ def test_loader_warnings_come_first_and_empty_tables_have_columns() -> None:
         "efficiency_ci_low", "efficiency_ci_high",
     ]  # fmt: skip
     assert report.throughput.empty and "evidence" in report.throughput.columns
-    for kind in ("epoch times", "GPU data", "profiler data", "throughput source"):
+    for kind in ("epoch times", "GPU data", "profiler data"):
         assert f"no {kind} for ddp with 4 workers" in report.warnings
+    assert (
+        "no throughput for ddp with 4 workers: no performance.json, no local_samples_per_sec "
+        "metric, no epoch times" in report.warnings
+    )

@@ -133,7 +133,7 @@ def test_epoch_source_and_one_source_per_strategy() -> None:
         throughput_source="performance",
     )
     assert list(forced.throughput["workers"]) == [4]
-    assert "no performance.json data for ddp with 8 workers" in forced.warnings
+    assert "no throughput for ddp with 8 workers: no performance.json" in forced.warnings
 
 
 def test_verdict_rule_cases() -> None:

@@ -34,7 +34,7 @@ def bulk_store(mlflow_server: tuple[str, str]) -> dict[str, Any]:
     ids = []
     for i in range(N_BULK):
         run = w.create_run(exp, f"bulk-{i:03d}", i)
-        points = [("epoch_time_s", float(i), i, s) for s in range(3)]
+        points = [("epoch_time_s", float(i + 1), i, s) for s in range(3)]
         if i < MID_RUNS:
             points += [("gpu_power_W", float(s), s, s) for s in range(MID_POINTS)]
         if i == N_BULK - 1:
@@ -54,7 +54,11 @@ def test_http_matches_direct_sql(mlflow_server: tuple[str, str], http_scaling: d
     assert len(over_http.runs) == 10
     pd.testing.assert_frame_equal(over_http.runs, direct.runs)
     pd.testing.assert_frame_equal(over_http.metrics, direct.metrics)
-    assert over_http.metrics["value"].isna().sum() == 1  # the NaN point survives JSON
+    # the NaN point survives JSON and is then dropped as invalid, on both paths alike
+    nan_dropped = (
+        "dropped 1 gpu_utilization_percent point(s) of 'ddp-8': not >= 0 and <= 100 (1 NaN)"
+    )
+    assert nan_dropped in over_http.warnings and nan_dropped in direct.warnings
 
 
 def test_http_artifacts_are_downloaded(mlflow_server: tuple[str, str], http_scaling: dict) -> None:
@@ -92,10 +96,11 @@ def test_bulk_histories_are_complete(
     assert len(data.runs) == N_BULK
     m = data.metrics
     counts = m.groupby(["run_id", "key"]).size()
-    # epoch_time_s: 3 points for each of the 150 runs, fetched in batches of 100 and 50
+    # epoch_time_s: 3 points for each of the 150 runs, fetched in batches of at most 100
     assert (counts.xs("epoch_time_s", level="key") == 3).all()
     assert len(counts.xs("epoch_time_s", level="key")) == N_BULK
-    assert sorted(n for k, n in bulk_sizes if k == "epoch_time_s") == [50, 100]
+    epoch_batches = [n for k, n in bulk_sizes if k == "epoch_time_s"]
+    assert sum(epoch_batches) == N_BULK and max(epoch_batches) <= 100  # short request lines
     power = m[m["key"] == "gpu_power_W"]
     per_run = power.groupby("run_id")["value"].agg(["size", "sum"])
     assert len(per_run) == MID_RUNS + 1

@@ -84,10 +84,9 @@ def test_metrics_values_and_nan(scaling_sqlite: Store) -> None:
     assert list(p["value"]) == [gpu_power(1, s) for s in range(4)] == [210.0, 211.0, 212.0, 213.0]
     ddp8 = ids["jobs"][2][2][0]
     u = m[(m["run_id"] == ddp8) & (m["key"] == "gpu_utilization_percent")]
-    # 4 samples; the NaN point logged later at step 1 replaces the sample of that step
-    assert len(u) == 4 and u["value"].isna().sum() == 1
-    assert u.loc[u["value"].isna(), "step"].tolist() == [1]
-    assert u["value"].dropna().tolist() == [50.0, 52.0, 53.0]
+    # the NaN point logged later at step 1 replaces that step's sample, then is dropped as invalid
+    assert u["step"].tolist() == [0, 2, 3]
+    assert u["value"].tolist() == [50.0, 52.0, 53.0]
     # metrics of skipped runs are not there
     skipped = {*ids["running"][1:], *ids["deleted"], *ids["bad"]}
     assert not set(m["run_id"]) & skipped
@@ -127,6 +126,7 @@ def test_warnings(scaling_sqlite: Store) -> None:
         "self_cuda_time_total); ignored",
         f"1 metric points repeat a (run, key, step) already logged; the latest of each was kept "
         f"(runs {ids['jobs'][2][2][0][:8]})",
+        "dropped 1 gpu_utilization_percent point(s) of 'ddp-8': not >= 0 and <= 100 (1 NaN)",
     ]
 
 
@@ -260,7 +260,7 @@ def test_progress_on_stderr(scaling_sqlite: Store, capsys: pytest.CaptureFixture
     load_experiment(uri, "scaling", show_progress=True)
     out, err = capsys.readouterr()
     assert out == ""
-    assert "Loading metrics (50) ..." in err  # 10 workers x 5 keys
+    assert "Loading metrics (60) ..." in err  # 10 workers x 6 keys
     assert "Reading artifacts: 10/10 done" in err
 
 

@@ -16,7 +16,7 @@ N_RUNS = 1005  # past MLflow's usual 1,000-run page and itwinai's cut-off
 
 @pytest.fixture(scope="module")
 def many_runs(tmp_path_factory: pytest.TempPathFactory, sqlite_store_template: Path) -> str:
-    """N_RUNS flat worker runs; every 100th logs one epoch_time_s point (value = index)."""
+    """N_RUNS flat worker runs; every 100th logs one epoch_time_s point (value = index + 1)."""
     uri = new_sqlite_store(sqlite_store_template, tmp_path_factory.mktemp("many") / "many.db")
     params = {"strategy": "torch-ddp", "global_rank": 0, "global_world_size": 1}
     runs = [
@@ -24,7 +24,7 @@ def many_runs(tmp_path_factory: pytest.TempPathFactory, sqlite_store_template: P
             "name": f"run-{i:04d}",
             "start": i,
             "params": params,
-            "metrics": [("epoch_time_s", float(i), i, 0)] if i % 100 == 0 else [],
+            "metrics": [("epoch_time_s", float(i + 1), i, 0)] if i % 100 == 0 else [],
         }
         for i in range(N_RUNS)
     ]
@@ -36,8 +36,8 @@ def test_direct_reader_reads_all(many_runs: str) -> None:
     data = load_experiment(many_runs, "many", include_unfinished=True, show_progress=False)
     assert len(data.runs) == N_RUNS
     assert data.runs["run_name"].nunique() == N_RUNS
-    # runs 0, 100, ..., 1000 logged one point each: 11 points summing to 0+100+...+1000 = 5500
-    assert len(data.metrics) == 11 and data.metrics["value"].sum() == 5500.0
+    # runs 0, 100, ..., 1000 logged one point each: 11 points summing to 1+101+...+1001 = 5511
+    assert len(data.metrics) == 11 and data.metrics["value"].sum() == 5511.0
 
 
 def test_api_reader_pages_through_all(many_runs: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -60,5 +60,5 @@ def test_api_reader_pages_through_all(many_runs: str, monkeypatch: pytest.Monkey
     data = _load(ApiReader(many_runs), many_runs, "many", (), True, False)
     assert len(data.runs) == N_RUNS
     assert pages[-2:] == [1000, 5]  # two pages of search_runs
-    assert len(data.metrics) == 11 and data.metrics["value"].sum() == 5500.0
+    assert len(data.metrics) == 11 and data.metrics["value"].sum() == 5511.0
     assert Path(many_runs.removeprefix("sqlite:///")).is_file()

@@ -46,12 +46,6 @@ def sqlite_state(path: Path) -> str | None:
                     "emulate leaves it unchanged"
                 )
             row = db.execute("SELECT version_num FROM alembic_version").fetchone()
-            columns = {r[1] for r in db.execute("PRAGMA table_info(metrics)")}
-            if "is_nan" not in columns:
-                raise StoreError(
-                    f"{path} has an older MLflow metrics table (no is_nan column); "
-                    "emulate leaves it unchanged"
-                )
         finally:
             db.close()
     except sqlite3.Error as exc:
@@ -67,6 +61,7 @@ def check_schema(path: Path, revision: str | None, migrate: bool) -> bool:
 
     head = mlflow_schema_head()
     if revision == head:
+        _require_metric_columns(path)
         return False
     if migrate and revision:
         return True
@@ -74,6 +69,20 @@ def check_schema(path: Path, revision: str | None, migrate: bool) -> bool:
         f"{path} has MLflow schema {revision or 'unknown'}, this MLflow writes {head}; "
         "emulate does not change another version's store (pass --migrate to upgrade it in place)"
     )
+
+
+def _require_metric_columns(path: Path) -> None:
+    """Refuse a store whose metrics table lacks a column its schema revision promises."""
+    db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    try:
+        columns = {row[1] for row in db.execute("PRAGMA table_info(metrics)")}
+    finally:
+        db.close()
+    if "is_nan" not in columns:
+        raise StoreError(
+            f"{path} has no metrics.is_nan column although its schema revision says it should; "
+            "emulate leaves it unchanged"
+        )
 
 
 def check_file_store(path: Path) -> None:

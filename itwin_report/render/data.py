@@ -48,6 +48,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                     row[col.key] = int(row[col.key])
             rows.append(row)
         out[spec.name] = rows
+    out["baseline"] = report.baseline
     out["epoch_time"] = [pair_intervals(row) for row in out["epoch_time"]]
     out.update(json_fields(report))
     out["warnings"] = [mask_text(w) for w in report.warnings]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from itwin_report.errors import ReportError
-from itwin_report.report.common import normalized
+from itwin_report.report.common import AUTO, BASELINES, Baseline, normalized
 from itwin_report.report.computation import computation_table
 from itwin_report.report.confidence import fastest_lines
 from itwin_report.report.epoch_time import epoch_time_table, run_means_table
@@ -42,6 +42,9 @@ class Report:
     rate_series: pd.DataFrame
     rate_config: tuple[str, int] | None
     warnings: list[str] = field(default_factory=list)
+    baseline: dict = field(default_factory=lambda: {"mode": "per-strategy", "reference": None})
+    # why a table is empty or all unknown, for the plots' messages: {"computation": "..."}
+    reasons: dict[str, str] = field(default_factory=dict)
     analysis: Analysis | None = None
 
 
@@ -66,30 +69,44 @@ def build_report(
     warmup_epochs: int = 1,
     rate_config: tuple[str, int] | None = None,
     throughput_source: str = "auto",
+    baseline: str = AUTO,
+    samples_per_epoch: float | None = None,
     scaling: str = "auto",
     predict_workers: list[int] | None = None,
 ) -> Report:
-    """Aggregate ``data`` into a :class:`Report`; raises ``ReportError`` on bad options."""
+    """Aggregate ``data`` into a :class:`Report`; raises ``ReportError`` on bad options.
+
+    ``baseline``: ``auto`` (the single-GPU run when there is one, else per strategy),
+    ``single-gpu`` or ``per-strategy``. ``samples_per_epoch`` states the samples per epoch of
+    every run for the epoch-time throughput.
+    """
     if warmup_epochs < 0:
         raise ReportError(f"warm-up epochs must be >= 0, got {warmup_epochs}")
     if throughput_source != "auto" and throughput_source not in SOURCE_NAMES:
         choices = ", ".join(["auto", *SOURCE_NAMES])
         raise ReportError(f"unknown throughput source {throughput_source!r}; use one of {choices}")
+    if baseline not in BASELINES:
+        raise ReportError(f"unknown baseline {baseline!r}; use one of {', '.join(BASELINES)}")
+    if samples_per_epoch is not None and not (0 < samples_per_epoch < float("inf")):
+        raise ReportError(f"samples per epoch must be > 0 and finite, got {samples_per_epoch}")
     if scaling not in MODES:
         raise ReportError(f"unknown scaling {scaling!r}; use one of {', '.join(MODES)}")
     if predict_workers and min(predict_workers) < 1:
         raise ReportError("worker counts to predict must be >= 1")
     data = normalized(data)
-    epoch, w_epoch = epoch_time_table(data, warmup_epochs)
+    epoch, w_epoch, used = epoch_time_table(data, warmup_epochs, baseline)
     runs = run_means_table(data, warmup_epochs)
     mode, note = decide(data.runs, scaling)
     if mode == "weak":
         epoch = weak_efficiency(epoch, data.runs)
     analysis = analyse(epoch, runs, mode, note, predict_workers or [])
     gpu, w_gpu = gpu_table(data)
-    comp, w_comp = computation_table(data)
-    thr, w_thr = throughput_table(data, gpu, comp, warmup_epochs, throughput_source)
+    comp, w_comp, no_gpu = computation_table(data)
+    thr, w_thr, thr_used = throughput_table(
+        data, gpu, comp, warmup_epochs, throughput_source, baseline, samples_per_epoch
+    )
     series, config, w_series = rate_series(data, rate_config)
+    notes = _baseline_notes(used, thr_used, not thr.empty)
     return Report(
         experiment=data.experiment,
         tracking_uri=data.tracking_uri,
@@ -100,7 +117,14 @@ def build_report(
         throughput=thr,
         rate_series=series,
         rate_config=config,
-        warnings=[*data.warnings, *w_epoch, *w_gpu, *w_comp, *w_thr, *w_series],
+        warnings=[*notes, *data.warnings, *w_epoch, *w_gpu, *w_comp, *w_thr, *w_series],
+        baseline={
+            "mode": used.mode,
+            "reference": None
+            if used.reference is None
+            else {"strategy": used.reference[0], "workers": used.reference[1]},
+        },
+        reasons={} if no_gpu is None else {"computation": no_gpu},
         analysis=analysis,
     )
 
@@ -125,6 +149,19 @@ def analyse(
         prediction_notes=notes,
         fits=models,
     )
+
+
+def _baseline_notes(epoch: Baseline, throughput: Baseline, has_throughput: bool) -> list[str]:
+    """One line saying what speedup is measured against, when it is the single-GPU run."""
+    notes = []
+    if epoch.reference is not None:
+        notes.append(
+            f"speedup and efficiency of every strategy are against {epoch.describe()}; "
+            "--baseline per-strategy measures each strategy against its own smallest count"
+        )
+    if has_throughput and throughput != epoch:
+        notes.append(f"throughput speedup is against {throughput.describe()}")
+    return notes
 
 
 def below_efficiency(report: Report, threshold: float) -> pd.DataFrame:

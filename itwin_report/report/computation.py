@@ -11,7 +11,13 @@ from itwin_report.schema import RunData
 COLUMNS = tables.COMPUTATION.names
 
 COMPUTATION_PATTERN = r"\b(?:aten|at|c10|autograd)::"
-COMMUNICATION_PATTERN = r"(?i)nccl|c10d::|all_?reduce|all_?gather|reduce_?scatter|broadcast"
+# collectives on every backend: NCCL (NVIDIA) and RCCL (AMD, whose kernels keep NCCL's names)
+# kernels and ops, gloo's CPU ops, c10d's dispatch and the profiler's comms record
+COMMUNICATION_PATTERN = (
+    r"(?i)nccl|rccl|gloo:|c10d::|record_param_comms|all_?reduce|all_?gather|reduce_?scatter"
+    r"|all_?to_?all|broadcast"
+)
+NO_GPU_REASON = "the profiles hold no GPU time (recorded without a GPU)"
 STEP_PREFIX = "ProfilerStep"
 
 
@@ -37,11 +43,12 @@ def fractions(rows: pd.DataFrame) -> tuple[float, float]:
     return comp / total, comm / total
 
 
-def computation_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
-    """The computation table (rows pooled over ranks and runs) and missing-data warnings."""
+def computation_table(data: RunData) -> tuple[pd.DataFrame, list[str], str | None]:
+    """The computation table (rows pooled over ranks and runs), warnings, and the reason its
+    fractions are all unknown (None when some are known or there is no profile at all)."""
     cols = ["run_id", "job_id", "strategy", "workers"]
     joined = data.profiles.merge(data.runs[cols], on="run_id", how="inner")
-    rows_out, warnings = [], []
+    rows_out, warnings, no_gpu = [], [], []
     classified = classify(joined)
     for strategy, workers in configurations(data.runs):
         mask = (joined["strategy"] == strategy) & (joined["workers"] == workers)
@@ -50,6 +57,8 @@ def computation_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
             continue
         rows = classified[(classified["strategy"] == strategy) & (classified["workers"] == workers)]
         comp, comm = fractions(rows)
+        if not float(rows["self_cuda_time_total"].sum()) > 0:
+            no_gpu.append(label(strategy, workers))
         rows_out.append(
             {
                 "strategy": strategy,
@@ -59,4 +68,11 @@ def computation_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
                 "communication_fraction": comm,
             }
         )
-    return finish(rows_out, COLUMNS), warnings
+    if no_gpu:
+        shown = "; ".join(no_gpu[:5]) + (f" and {len(no_gpu) - 5} more" if len(no_gpu) > 5 else "")
+        warnings.append(
+            f"computation fractions unknown for {shown}: {NO_GPU_REASON}, so the share of "
+            "device time is undefined"
+        )
+    reason = NO_GPU_REASON if no_gpu and len(no_gpu) == len(rows_out) else None
+    return finish(rows_out, COLUMNS), warnings, reason

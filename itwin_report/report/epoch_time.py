@@ -7,6 +7,8 @@ import pandas as pd
 
 from itwin_report import tables
 from itwin_report.report.common import (
+    AUTO,
+    Baseline,
     add_scaling,
     configurations,
     finish,
@@ -30,8 +32,10 @@ def after_warmup(epochs: pd.DataFrame, warmup_epochs: int) -> pd.DataFrame:
     return epochs[epochs["step"] >= warmup_epochs]
 
 
-def epoch_time_table(data: RunData, warmup_epochs: int = 1) -> tuple[pd.DataFrame, list[str]]:
-    """The epoch-time table and the warnings about runs/configurations without epoch times."""
+def epoch_time_table(
+    data: RunData, warmup_epochs: int = 1, baseline: str = AUTO
+) -> tuple[pd.DataFrame, list[str], Baseline]:
+    """The epoch-time table, warnings (missing epoch times, moved bases), the baseline used."""
     epochs = epoch_points(data)
     kept = after_warmup(epochs, warmup_epochs)
     warnings = _warmup_warnings(epochs, kept, warmup_epochs)
@@ -50,13 +54,17 @@ def epoch_time_table(data: RunData, warmup_epochs: int = 1) -> tuple[pd.DataFram
             }
         )
     table = finish(rows, COLUMNS[:6])
-    table = add_scaling(table, "avg_epoch_time_s", higher_is_better=False)
+    configs = configurations(data.runs)
+    table, used, notes = add_scaling(
+        table, "avg_epoch_time_s", False, baseline, configs, what="epoch times"
+    )
+    warnings.extend(notes)
     table = add_intervals(table, run_means_table(data, warmup_epochs))
     have = set(zip(table["strategy"], table["workers"], strict=True))
-    for strategy, workers in configurations(data.runs):
+    for strategy, workers in configs:
         if (strategy, workers) not in have:
             warnings.append(f"no epoch times for {label(strategy, workers)}")
-    return table[COLUMNS], warnings
+    return table[COLUMNS], warnings, used
 
 
 def _warmup_warnings(epochs: pd.DataFrame, kept: pd.DataFrame, warmup: int) -> list[str]:

@@ -39,10 +39,10 @@ def job_energy(power: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         warnings.append(f"worker run {run_id}: no probing_interval param; using {how}")
         per_run.loc[run_id, "interval"] = interval
     per_run["energy_wh"] = per_run["watts"] * per_run["interval"] / 3600.0
-    per_job = per_run.groupby("job_id").agg(
-        energy_wh=("energy_wh", lambda s: s.sum() if s.notna().all() else np.nan),
-        ranks=("rank", "nunique"),
-    )
+    grouped = per_run.groupby("job_id")
+    per_job = grouped.agg(energy_wh=("energy_wh", "sum"), ranks=("rank", "nunique"))
+    unknown = grouped["energy_wh"].count() < grouped["energy_wh"].size()
+    per_job.loc[unknown, "energy_wh"] = np.nan  # a rank without an interval: energy unknown
     return per_job, warnings
 
 

@@ -45,14 +45,20 @@ def excluded_mask(values: np.ndarray) -> np.ndarray:
     return excluded
 
 
-def steady_rate(series: pd.DataFrame) -> tuple[float, pd.Series]:
-    """(steady rate, excluded flags indexed like ``series``) for columns ``step, value``."""
-    ordered = series.sort_values(["step", "value"], kind="stable")
-    values = ordered["value"].to_numpy(dtype=float)
-    steps = ordered["step"].to_numpy(dtype=float)
+def steady_rate_of(steps: np.ndarray, values: np.ndarray) -> tuple[float, np.ndarray]:
+    """(steady rate, excluded mask) of one run's Rate points, already ordered by step."""
     mask = excluded_mask(values)
     raw = unsmooth(values)
     lengths = np.diff(steps, prepend=steps[0] - 1 if len(steps) else 0.0)
     keep = ~mask & (lengths > 0) & (raw > 0)
     rate = float(lengths[keep].sum() / (lengths[keep] / raw[keep]).sum()) if keep.any() else np.nan
+    return rate, mask
+
+
+def steady_rate(series: pd.DataFrame) -> tuple[float, pd.Series]:
+    """(steady rate, excluded flags indexed like ``series``) for columns ``step, value``."""
+    ordered = series.sort_values(["step", "value"], kind="stable")
+    rate, mask = steady_rate_of(
+        ordered["step"].to_numpy(dtype=float), ordered["value"].to_numpy(dtype=float)
+    )
     return rate, pd.Series(mask, index=ordered.index).reindex(series.index)

@@ -10,16 +10,19 @@ from itwin_report.errors import DataError
 from itwin_report.performance import merge_records
 from itwin_report.report import verdict
 from itwin_report.report.common import (
+    AUTO,
+    Baseline,
     add_scaling,
     configurations,
     empty_table,
     finish,
     label,
+    lowest_rank_points,
     points,
 )
 from itwin_report.report.epoch_time import after_warmup, epoch_points
-from itwin_report.report.rates import steady_rate
-from itwin_report.schema import PERFORMANCE_FIELDS, RATE, RunData
+from itwin_report.report.rates import steady_rate_of
+from itwin_report.schema import PERFORMANCE_FIELDS, RATE, TRAIN_LOSS_EPOCH, RunData
 
 COLUMNS = tables.THROUGHPUT.names
 SOURCE_NAMES = {"performance": "performance.json", "rates": "rate metrics", "epochs": "epoch time"}
@@ -76,22 +79,27 @@ def performance_jobs(data: RunData) -> tuple[pd.DataFrame, list[str]]:
 
 
 def rate_jobs(data: RunData) -> pd.DataFrame:
-    """Per job: mean over its worker runs of the steady Rate, times workers."""
-    rate = points(data, RATE)
-    rows = []
-    for run_id, group in rate.groupby("run_id", sort=True):
-        steady, _ = steady_rate(group[["step", "value"]])
-        first = group.iloc[0]
-        rows.append(
-            {
-                "job_id": first["job_id"],
-                "strategy": first["strategy"],
-                "workers": int(first["workers"]),
-                "run_id": run_id,
-                "rate": steady,
-            }
-        )
-    per_run = pd.DataFrame(rows, columns=["job_id", "strategy", "workers", "run_id", "rate"])
+    """Per job: mean over its worker runs of the steady Rate, times workers.
+
+    One sort of all Rate points, then each run's steady rate on numpy slices of it.
+    """
+    rate = points(data, RATE).sort_values(["run_id", "step", "value"], kind="stable")
+    run_ids = rate["run_id"].to_numpy(dtype=object)
+    steps = rate["step"].to_numpy(dtype=float)
+    values = rate["value"].to_numpy(dtype=float)
+    changes = np.r_[True, run_ids[1:] != run_ids[:-1]] if len(rate) else np.zeros(0, bool)
+    starts = np.flatnonzero(changes)
+    ends = np.r_[starts[1:], len(rate)].astype(int) if len(rate) else starts
+    steady = [steady_rate_of(steps[a:b], values[a:b])[0] for a, b in zip(starts, ends, strict=True)]
+    first = rate.iloc[starts]
+    per_run = pd.DataFrame(
+        {
+            "job_id": first["job_id"].to_numpy(),
+            "strategy": first["strategy"].to_numpy(),
+            "workers": first["workers"].to_numpy(dtype="int64"),
+            "rate": np.asarray(steady, dtype=float),
+        }
+    )
     per_run = per_run[per_run["rate"].notna()]
     per_job = per_run.groupby(["job_id", "strategy", "workers"], as_index=False).agg(
         rate=("rate", "mean")
@@ -100,14 +108,69 @@ def rate_jobs(data: RunData) -> pd.DataFrame:
     return per_job.loc[:, JOB_COLUMNS]
 
 
-def epoch_jobs(data: RunData, warmup_epochs: int) -> pd.DataFrame:
-    """Per job: samples_per_epoch / mean epoch time after warm-up."""
+def _batches_per_epoch(steps: np.ndarray) -> int | None:
+    """Batches per epoch from the cumulative batch counts logged at each epoch's end.
+
+    None unless every epoch has the same positive count.
+    """
+    counts = np.diff(np.sort(steps), prepend=0)
+    if len(counts) == 0 or counts[0] <= 0 or (counts != counts[0]).any():
+        return None
+    return int(counts[0])
+
+
+def samples_per_epoch(data: RunData, given: float | None = None) -> tuple[pd.DataFrame, dict]:
+    """Per job ``job_id, samples_per_epoch, derived``, and per job without it what is missing.
+
+    Taken from ``given`` (``--samples-per-epoch``), else the ``samples_per_epoch`` param, else
+    derived as ``batch_size`` (per worker) x batches per epoch (the step spacing of
+    ``train_loss_epoch``, the cumulative batch count, on the job's lowest rank that logged it)
+    x workers, only when the batches per epoch are the same in every epoch.
+    """
+    columns = ["job_id", "samples_per_epoch", "derived"]
+    jobs = data.runs.drop_duplicates("job_id")[["job_id", "workers"]]
+    if given is not None:
+        return pd.DataFrame(
+            {"job_id": jobs["job_id"], "samples_per_epoch": given, "derived": False}
+        ), {}
+    logged = data.runs.dropna(subset=["samples_per_epoch"]).drop_duplicates("job_id")
+    rows = [
+        (j, float(v), False)
+        for j, v in zip(logged["job_id"], logged["samples_per_epoch"], strict=True)
+    ]
+    batch = data.runs.dropna(subset=["batch_size"]).drop_duplicates("job_id")
+    batch_size = dict(zip(batch["job_id"], batch["batch_size"], strict=True))
+    losses = lowest_rank_points(points(data, TRAIN_LOSS_EPOCH))
+    steps = {job: g["step"].to_numpy() for job, g in losses.groupby("job_id", sort=False)}
+    missing: dict[str, str] = {}
+    for job, workers in zip(jobs["job_id"], jobs["workers"], strict=True):
+        if job in set(logged["job_id"]):
+            continue
+        if job not in batch_size:
+            missing[job] = "no samples_per_epoch or batch_size param"
+        elif job not in steps:
+            missing[job] = f"no samples_per_epoch param and no {TRAIN_LOSS_EPOCH} steps"
+        elif (per_epoch := _batches_per_epoch(steps[job])) is None:
+            missing[job] = (
+                f"no samples_per_epoch param, and the {TRAIN_LOSS_EPOCH} steps give different "
+                "batch counts per epoch"
+            )
+        else:
+            rows.append((job, float(batch_size[job]) * per_epoch * int(workers), True))
+    return pd.DataFrame(rows, columns=columns), missing
+
+
+def epoch_jobs(
+    data: RunData, warmup_epochs: int, given: float | None = None
+) -> tuple[pd.DataFrame, dict]:
+    """Per job: samples per epoch / mean epoch time after warm-up (with ``derived``), and per
+    job without samples per epoch what is missing."""
     kept = after_warmup(epoch_points(data), warmup_epochs)
     mean_time = kept.groupby(["job_id", "strategy", "workers"], as_index=False)["value"].mean()
-    spe = data.runs.dropna(subset=["samples_per_epoch"]).drop_duplicates("job_id")
-    merged = mean_time.merge(spe[["job_id", "samples_per_epoch"]], on="job_id", how="inner")
+    spe, missing = samples_per_epoch(data, given)
+    merged = mean_time.merge(spe, on="job_id", how="inner")
     merged["sps"] = merged["samples_per_epoch"] / merged["value"]
-    return merged.loc[merged["value"] > 0, JOB_COLUMNS]
+    return merged.loc[merged["value"] > 0, [*JOB_COLUMNS, "derived"]], missing
 
 
 def _plain(value: object) -> object:
@@ -116,9 +179,15 @@ def _plain(value: object) -> object:
 
 
 def _config_means(jobs: pd.DataFrame, column: str) -> pd.DataFrame:
-    return jobs.groupby(["strategy", "workers"], as_index=False).agg(
+    out = jobs.groupby(["strategy", "workers"], as_index=False).agg(
         value=(column, "mean"), runs=("job_id", "nunique")
     )
+    derived = jobs["derived"] if "derived" in jobs else pd.Series(False, index=jobs.index)
+    flags = derived.astype(bool).groupby([jobs["strategy"], jobs["workers"]]).any()
+    out["derived"] = [
+        bool(flags.get((s, w), False)) for s, w in zip(out["strategy"], out["workers"], strict=True)
+    ]
+    return out
 
 
 def choose_source(
@@ -148,21 +217,31 @@ def choose_source(
     return chosen, notes
 
 
+DERIVED_SOURCE = "epoch time, derived samples/epoch"
+GIVEN_SOURCE = "epoch time, --samples-per-epoch"
+
+
 def throughput_table(
     data: RunData,
     gpu: pd.DataFrame,
     computation: pd.DataFrame,
     warmup_epochs: int = 1,
     source: str = "auto",
-) -> tuple[pd.DataFrame, list[str]]:
-    """The throughput table (with verdict) and its warnings."""
+    baseline: str = AUTO,
+    samples_per_epoch: float | None = None,
+) -> tuple[pd.DataFrame, list[str], Baseline]:
+    """The throughput table (with verdict), its warnings and the scaling baseline used.
+
+    ``samples_per_epoch`` states the samples per epoch of every run (the epoch-time source).
+    """
     if source != "auto" and source not in SOURCE_NAMES:
         raise DataError(f"unknown throughput source {source!r}; use auto, {', '.join(PREFERENCE)}")
     perf, warnings = performance_jobs(data)
+    epochs, missing_spe = epoch_jobs(data, warmup_epochs, samples_per_epoch)
     per_source = {
         "performance": _config_means(perf, "sps"),
         "rates": _config_means(rate_jobs(data), "sps"),
-        "epochs": _config_means(epoch_jobs(data, warmup_epochs), "sps"),
+        "epochs": _config_means(epochs, "sps"),
     }
     coverage = {
         s: set(zip(f["strategy"], f["workers"].astype(int), strict=True))
@@ -176,28 +255,61 @@ def throughput_table(
         warnings.extend(notes)
         for strategy_, workers in configs:
             if chosen is None or (strategy_, workers) not in coverage[chosen]:
-                what = "throughput source" if source == "auto" else SOURCE_NAMES[source] + " data"
-                warnings.append(f"no {what} for {label(strategy_, workers)}")
+                warnings.append(_missing(data, strategy_, workers, source, missing_spe))
                 continue
             table = per_source[chosen]
             row = table[(table["strategy"] == strategy_) & (table["workers"] == workers)].iloc[0]
+            name = SOURCE_NAMES[chosen]
+            if chosen == "epochs" and samples_per_epoch is not None:
+                name = GIVEN_SOURCE
+            elif chosen == "epochs" and bool(row["derived"]):
+                name = DERIVED_SOURCE
             rows.append(
                 {
                     "strategy": strategy_,
                     "workers": workers,
                     "runs": int(row["runs"]),
                     "samples_per_sec": float(row["value"]),
-                    "source": SOURCE_NAMES[chosen],
+                    "source": name,
                 }
             )
     base = ["strategy", "workers", "runs", "samples_per_sec", "source"]
-    table = add_scaling(finish(rows, base), "samples_per_sec", higher_is_better=True)
+    table, used, scaling_notes = add_scaling(
+        finish(rows, base), "samples_per_sec", True, baseline, None, what="throughput"
+    )
+    warnings.extend(scaling_notes)
     table["samples_per_sec_per_gpu"] = table["samples_per_sec"] / table["workers"]
     table = _add_estimates(table, perf)
     table = _add_verdict(table, perf, per_source["rates"], gpu, computation)
     if table.empty:
-        return empty_table(COLUMNS), warnings
-    return table[COLUMNS].reset_index(drop=True), warnings
+        return empty_table(COLUMNS), warnings, used
+    return table[COLUMNS].reset_index(drop=True), warnings, used
+
+
+def _missing(
+    data: RunData, strategy: str, workers: int, source: str, missing_spe: dict[str, str]
+) -> str:
+    """``no throughput for X: <what each source lacks>``."""
+    mine = data.runs[(data.runs["strategy"] == strategy) & (data.runs["workers"] == workers)]
+    jobs = set(mine["job_id"])
+    has_epochs = bool(epoch_points(data)["job_id"].isin(jobs).any())
+    lacks = {
+        "performance": "no performance.json",
+        "rates": f"no {RATE} metric",
+        "epochs": next((missing_spe[j] for j in sorted(jobs) if j in missing_spe), "")
+        if has_epochs
+        else "no epoch times",
+    }
+    if not lacks["epochs"]:
+        lacks["epochs"] = "no epoch times after warm-up"
+    wanted = PREFERENCE if source == "auto" else (source,)
+    hint = "" if source not in ("auto", "epochs") else "; --samples-per-epoch N states it"
+    hint = hint if "samples_per_epoch" in lacks["epochs"] else ""
+    return (
+        f"no throughput for {label(strategy, workers)}: "
+        + ", ".join(lacks[s] for s in wanted)
+        + hint
+    )
 
 
 def _add_estimates(table: pd.DataFrame, perf: pd.DataFrame) -> pd.DataFrame:

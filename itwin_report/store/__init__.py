@@ -160,7 +160,9 @@ def _load(
         data.metrics, more = tidy_metrics(metrics, workers)
         data.warnings.extend(more)
     # the single place where the loaded data is validated
-    return data
+    from itwin_report.validate import validate
+
+    return validate(data)
 
 
 def _canonical_params(params: Any, names_in_store: Mapping[str, str]) -> Any:

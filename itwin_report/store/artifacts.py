@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import os
 import stat
@@ -23,7 +22,7 @@ import pandas as pd
 
 from itwin_report.errors import DataError
 from itwin_report.masking import mask_text
-from itwin_report.performance import NUMERIC, check_record, record_count
+from itwin_report.performance import NUMERIC, check_record, parse_json, record_count
 from itwin_report.progress import progress
 from itwin_report.schema import (
     PERFORMANCE_ARTIFACT,
@@ -102,7 +101,7 @@ def parse_profile(data: bytes, run_id: str) -> dict[str, list[Any]]:
     if missing:
         raise ValueError(f"no column {', '.join(missing)}")
     name_at, time_at = header.index("name"), header.index("self_cuda_time_total")
-    names, times = [], []
+    names, times, rows = [], [], []
     for line, record in enumerate(reader, start=2):
         if not record:
             continue
@@ -113,16 +112,18 @@ def parse_profile(data: bytes, run_id: str) -> dict[str, list[Any]]:
         except ValueError:
             raise ValueError(f"non-numeric self_cuda_time_total on line {line}") from None
         names.append(record[name_at])
-    return {"run_id": [run_id] * len(names), "name": names, "self_cuda_time_total": times}
-
-
-def _no_constant(name: str) -> float:
-    raise ValueError(f"{name} is not a number JSON allows")
+        rows.append(record)
+    out: dict[str, list[Any]] = {"run_id": [run_id] * len(names), "name": names}
+    out["self_cuda_time_total"] = times
+    for column, key in (("global_rank",) * 2, ("num_gpus",) * 2, ("strategy", "csv_strategy")):
+        at = header.index(column) if column in header else None  # who wrote the file
+        out[key] = [r[at] if at is not None else "" for r in rows]
+    return out
 
 
 def parse_performance(data: bytes, run_id: str) -> dict[str, Any]:
     """One performance row: the numeric fields (NaN when absent), the flag and ``records``."""
-    record = check_record(json.loads(data, parse_constant=_no_constant), "performance.json")
+    record = check_record(parse_json(data), "performance.json")
     row: dict[str, Any] = {"run_id": run_id}
     for name in NUMERIC:
         value = record.get(name)
@@ -184,5 +185,7 @@ def read_artifacts(
         {col: [v for part in profiles for v in part[col]] for col in PROFILE_COLUMNS},
         columns=list(PROFILE_COLUMNS),
     )
+    for column in ("global_rank", "num_gpus"):
+        prof[column] = pd.to_numeric(prof[column], errors="coerce")
     perf_frame = pd.DataFrame(performance, columns=list(PERFORMANCE_COLUMNS))
     return prof, perf_frame, warnings

@@ -18,16 +18,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from itwin_report.errors import ReportError
-from itwin_report.schema import RUN_COLUMNS
+from itwin_report.schema import RUN_COLUMNS, WORKER_PARAMS
 
 PARENT_TAG = "mlflow.parentRunId"
-WORKER_PARAMS: tuple[str, ...] = (
-    "strategy",
-    "global_rank",
-    "global_world_size",
-    "probing_interval",
-    "samples_per_epoch",
-)
 RAW_RUN_COLUMNS: tuple[str, ...] = (
     "run_id",
     "name",
@@ -195,6 +188,7 @@ def select_workers(
     cands["rank"] = _as_int(cands["global_rank"]).astype("int64")
     cands["probing_interval"] = _optional_float(cands, "probing_interval", warnings)
     cands["samples_per_epoch"] = _optional_float(cands, "samples_per_epoch", warnings)
+    cands["batch_size"] = _optional_float(cands, "batch_size", warnings)
     cands["job_id"] = cands["parent_id"].where(cands["parent_id"] != "", cands["run_id"])
     warnings.sort()
     if not include_unfinished:

@@ -1,0 +1,304 @@
+"""The valid range of every value the report reads, enforced once where loading ends.
+
+NaN is never valid. Upper bounds lie far above anything real, so that sums and means of valid
+values stay finite.
+
+:func:`validate` drops what cannot be right (a negative epoch time, a utilization of 1e6, a
+world size of 1e30) and blanks optional values that are out of range, so no table shows an
+impossible number. Each kind of dropped or blanked data becomes ONE warning that counts it and
+names the runs (their top-level run names, at most :data:`MAX_NAMED`).
+
+=========================  ==============================================================
+value                      valid
+=========================  ==============================================================
+workers                    integer in 1 .. :data:`MAX_WORKERS` (else the worker run goes)
+rank                       0 .. workers - 1 (else the worker run goes)
+strategy                   non-empty after stripping surrounding whitespace (stripped)
+probing_interval           > 0 and <= 1e9 (else NaN: the step spacing is used)
+samples_per_epoch          > 0 and <= 1e15 (else NaN)
+batch_size                 > 0 and <= 1e15 (else NaN)
+epoch_time_s               > 0 and <= 1e9 (s)
+gpu_power_W                0 .. 1e5 (W)
+gpu_utilization_percent    0 .. 100
+local/avg_samples_per_sec  0 .. 1e15
+train_loss_epoch step      >= 0 (only its steps are read)
+metric points              one per (run, key, step): the last logged is kept
+self_cuda_time_total       0 .. 1e15 (microseconds)
+profiler CSV               its global_rank/num_gpus agree with the worker run; one CSV per
+                           rank of a job
+performance.json           total_samples 0 .. 1e15, total_time > 0 and <= 1e9, records
+                           1 .. MAX_WORKERS (else the record goes); compile_time and
+                           programming_time 0 .. 1e9, samples_per_sec 0 .. 1e15,
+                           est_samples_per_sec > 0 and <= 1e15 (else NaN)
+=========================  ==============================================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from itwin_report.schema import (
+    EPOCH_TIME,
+    GLOBAL_RATE,
+    GPU_POWER,
+    GPU_UTIL,
+    RATE,
+    TRAIN_LOSS_EPOCH,
+    RunData,
+)
+
+MAX_WORKERS = 1_000_000
+MAX_NAMED = 5
+INF = float("inf")
+
+
+@dataclass(frozen=True)
+class Range:
+    """``low <= x <= high`` (``low < x`` when ``open_low``); NaN and infinities never are."""
+
+    low: float
+    high: float = INF
+    open_low: bool = False
+
+    def ok(self, values: pd.Series) -> np.ndarray:
+        x = values.to_numpy(dtype="float64")
+        with np.errstate(invalid="ignore"):
+            above = x > self.low if self.open_low else x >= self.low
+            return np.isfinite(x) & above & (x <= self.high)
+
+    def __str__(self) -> str:
+        low = f"{'>' if self.open_low else '>='} {self.low:g}"
+        return f"{low} and <= {self.high:g}" if self.high != INF else f"{low} and finite"
+
+
+# Upper bounds far above anything real, so sums and means of valid values stay finite (MLflow
+# stores an infinite metric as the largest float, which is finite but no real value).
+MAX_SECONDS = 1e9  # ~31 years
+MAX_COUNT = 1e15  # samples, samples/s, microseconds of device time
+MAX_WATTS = 1e5  # one device
+POSITIVE = Range(0.0, MAX_COUNT, open_low=True)
+NON_NEGATIVE = Range(0.0, MAX_COUNT)
+SECONDS = Range(0.0, MAX_SECONDS, open_low=True)
+METRIC_RANGES: dict[str, Range] = {
+    EPOCH_TIME: SECONDS,
+    GPU_POWER: Range(0.0, MAX_WATTS),
+    GPU_UTIL: Range(0.0, 100.0),
+    RATE: NON_NEGATIVE,
+    GLOBAL_RATE: NON_NEGATIVE,
+}
+RUN_VALUES: dict[str, Range] = {
+    "probing_interval": SECONDS,
+    "samples_per_epoch": POSITIVE,
+    "batch_size": POSITIVE,
+}
+PERFORMANCE_REQUIRED: dict[str, Range] = {
+    "total_samples": NON_NEGATIVE,
+    "total_time": SECONDS,
+    "records": Range(1.0, MAX_WORKERS),
+}
+PERFORMANCE_OPTIONAL: dict[str, Range] = {
+    "compile_time": Range(0.0, MAX_SECONDS),
+    "programming_time": Range(0.0, MAX_SECONDS),
+    "samples_per_sec": NON_NEGATIVE,
+    "est_samples_per_sec": POSITIVE,
+}
+
+
+def named(names: pd.Series | list[str]) -> str:
+    """``'a', 'b', 'c' and 2 more`` for the distinct names, sorted."""
+    unique = sorted({str(n) for n in names})
+    shown = ", ".join(repr(n) for n in unique[:MAX_NAMED])
+    more = len(unique) - MAX_NAMED
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
+class _Notes:
+    """Collects one warning per kind of dropped data."""
+
+    def __init__(self, runs: pd.DataFrame) -> None:
+        self.run_names = dict(zip(runs["run_id"], runs["run_name"], strict=True))
+        self.warnings: list[str] = []
+
+    def add(self, count: int, text: str, run_ids: pd.Series | list[str]) -> None:
+        """Add ``text`` with ``{n}`` (the count) and ``{runs}`` (the run names) filled in."""
+        if count:
+            names = named([self.run_names.get(r, str(r)[:8]) for r in run_ids])
+            self.warnings.append(text.format(n=count, runs=names))
+
+
+def validate(data: RunData) -> RunData:
+    """A copy of ``data`` holding only values in their valid range, with warnings appended."""
+    runs, run_warnings = _valid_runs(data.runs)
+    notes = _Notes(data.runs)
+    notes.warnings = run_warnings
+    kept = set(runs["run_id"])
+    metrics = _valid_metrics(data.metrics[data.metrics["run_id"].isin(kept)], notes)
+    profiles = _valid_profiles(data.profiles[data.profiles["run_id"].isin(kept)], runs, notes)
+    performance = _valid_performance(data.performance[data.performance["run_id"].isin(kept)], notes)
+    return RunData(
+        experiment=data.experiment,
+        tracking_uri=data.tracking_uri,
+        runs=runs,
+        metrics=metrics,
+        profiles=profiles,
+        performance=performance,
+        warnings=[*data.warnings, *notes.warnings],
+    )
+
+
+def _valid_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Worker runs with a sane world size and rank, stripped strategy, optional values in range."""
+    out = runs.copy()
+    warnings: list[str] = []
+    stripped = out["strategy"].astype("str").str.strip()
+    changed = stripped != out["strategy"]
+    if changed.any():
+        raw = sorted({repr(s) for s in out.loc[changed, "strategy"]})
+        warnings.append(
+            f"strategy names with surrounding whitespace were stripped ({', '.join(raw[:5])}) "
+            f"in run(s) {named(out.loc[changed, 'run_name'])}"
+        )
+        out["strategy"] = stripped
+    workers = out["workers"].to_numpy(dtype="int64")
+    rank = out["rank"].to_numpy(dtype="int64")
+    good = (workers >= 1) & (workers <= MAX_WORKERS) & (rank >= 0) & (rank < workers)
+    good &= (out["strategy"] != "").to_numpy()
+    if not good.all():
+        bad = out[~good]
+        warnings.append(
+            f"dropped {len(bad)} worker run(s) of {named(bad['run_name'])}: world size outside "
+            f"1..{MAX_WORKERS:,}, rank outside 0..world size-1, or an empty strategy"
+        )
+        out = out[good]
+    for column, valid in RUN_VALUES.items():
+        given = out[column].notna()
+        wrong = given & ~valid.ok(out[column])
+        if wrong.any():
+            warnings.append(
+                f"ignored {column} of {int(wrong.sum())} worker run(s) of "
+                f"{named(out.loc[wrong, 'run_name'])}: not {valid}"
+            )
+            out[column] = out[column].where(~wrong)
+    return out.reset_index(drop=True), warnings
+
+
+def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
+    """Points in range, one per (run, key, step)."""
+    keep = np.ones(len(metrics), dtype=bool)
+    keys = metrics["key"].to_numpy(dtype=object)
+    for key, valid in METRIC_RANGES.items():
+        mine = keys == key
+        if not mine.any():
+            continue
+        wrong = mine & ~valid.ok(metrics["value"])
+        nans = int((wrong & metrics["value"].isna().to_numpy()).sum())
+        notes.add(
+            int(wrong.sum()),
+            f"dropped {{n}} {key} point(s) of {{runs}}: not {valid}"
+            + (f" ({nans} NaN)" if nans else ""),
+            metrics["run_id"][wrong],
+        )
+        keep &= ~wrong
+    steps = metrics["step"].to_numpy(dtype="int64")
+    wrong = (keys == TRAIN_LOSS_EPOCH) & (steps < 0)
+    notes.add(
+        int(wrong.sum()),
+        f"dropped {{n}} {TRAIN_LOSS_EPOCH} point(s) of {{runs}}: negative step",
+        metrics["run_id"][wrong],
+    )
+    keep &= ~wrong
+    out = metrics[keep]
+    order = out.sort_values(["run_id", "key", "step", "timestamp"], kind="stable")
+    dup = order.duplicated(["run_id", "key", "step"], keep="last")
+    notes.add(
+        int(dup.sum()),
+        "dropped {n} duplicated point(s) of {runs} (same run, key and step; the last "
+        "logged value is kept)",
+        order.loc[dup, "run_id"],
+    )
+    return order[~dup.to_numpy()].reset_index(drop=True)
+
+
+def _valid_profiles(profiles: pd.DataFrame, runs: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
+    """Profiler rows with a valid device time, from CSVs that belong to their run's job."""
+    wrong = ~NON_NEGATIVE.ok(profiles["self_cuda_time_total"])
+    notes.add(
+        int(wrong.sum()),
+        f"dropped {{n}} profiler row(s) of {{runs}}: self_cuda_time_total not {NON_NEGATIVE}",
+        profiles.loc[wrong, "run_id"],
+    )
+    rows = profiles[~wrong]
+    if rows.empty:
+        return rows
+    owner = runs.set_index("run_id")[["job_id", "rank", "workers", "strategy"]]
+    files = rows.groupby("run_id", sort=True).agg(
+        csv_rank=("global_rank", "first"),
+        csv_gpus=("num_gpus", "first"),
+        csv_strategy=("csv_strategy", "first"),
+    )
+    files = files.join(owner, how="inner")
+    files["from_rank"] = files["csv_rank"].fillna(files["rank"]).astype("int64")
+    other_job = files["csv_gpus"].notna() & (files["csv_gpus"] != files["workers"])
+    other_rank = files["from_rank"] != files["rank"]
+    strategy_differs = (files["csv_strategy"].str.strip() != "") & (
+        files["csv_strategy"].str.strip() != files["strategy"]
+    )
+    # one CSV per (job, rank it came from): the one in that rank's own run first
+    files["own"] = ~other_rank
+    ranked = files[~other_job].sort_values(["own", "run_id"], ascending=[False, True])
+    twice = ranked.duplicated(["job_id", "from_rank"])
+    dropped = set(files.index[other_job]) | set(ranked.index[twice])
+    notes.add(
+        int(other_rank.sum()),
+        "{n} profiler CSV(s) of {runs} were written by another rank (their global_rank "
+        "differs from the worker run's)",
+        list(files.index[other_rank]),
+    )
+    notes.add(
+        int(other_job.sum()),
+        "dropped {n} profiler CSV(s) of {runs}: their num_gpus differs from the worker "
+        "run's world size",
+        list(files.index[other_job]),
+    )
+    notes.add(
+        int(twice.sum()),
+        "dropped {n} profiler CSV(s) of {runs} that would count a rank twice (another "
+        "CSV of the same job comes from that rank)",
+        list(ranked.index[twice]),
+    )
+    notes.add(
+        int(strategy_differs.sum()),
+        "{n} profiler CSV(s) of {runs} name another strategy than their worker run (kept)",
+        list(files.index[strategy_differs]),
+    )
+    return rows[~rows["run_id"].isin(dropped)].reset_index(drop=True)
+
+
+def _valid_performance(perf: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
+    """performance.json rows with valid totals; optional fields out of range become NaN."""
+    out = perf.copy()
+    good = np.ones(len(out), dtype=bool)
+    for column, valid in PERFORMANCE_REQUIRED.items():
+        good &= valid.ok(out[column])
+    notes.add(
+        int((~good).sum()),
+        f"dropped {{n}} performance.json record(s) of {{runs}}: total_samples not "
+        f"{NON_NEGATIVE}, total_time not {SECONDS}, or records outside 1..{MAX_WORKERS:,}",
+        out.loc[~good, "run_id"],
+    )
+    out = out[good]
+    for column, valid in PERFORMANCE_OPTIONAL.items():
+        wrong = out[column].notna() & ~valid.ok(out[column])
+        if column == "est_samples_per_sec":
+            wrong &= out[column] != 0  # 0 is how an unset estimate reads: silently unknown
+            out[column] = out[column].where(out[column] != 0)
+        notes.add(
+            int(wrong.sum()),
+            f"ignored {column} in {{n}} performance.json record(s) of {{runs}}: not {valid}",
+            out.loc[wrong, "run_id"],
+        )
+        out[column] = out[column].where(~wrong)
+    return out.reset_index(drop=True)
