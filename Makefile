@@ -45,7 +45,7 @@ $(DEMO_TRUTH): | $(STAMP)
 	$(VENV)/bin/itwin-report emulate --experiment-name $(DEMO_EXPERIMENT) --truth $@
 
 demo: $(STAMP) $(DEMO_TRUTH)
-	$(VENV)/bin/itwin-report generate-scalability-report --experiment-name $(DEMO_EXPERIMENT) --plot-dir plots
+	$(VENV)/bin/itwin-report generate-scalability-report --experiment-name $(DEMO_EXPERIMENT) --plot-dir plots --predict 64,128
 
 test: $(STAMP)
 	$(PY) -m pytest -q

@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from itwin_report import __version__
+from itwin_report.compare_command import compare_command
 from itwin_report.emulator.command import emulate_command
 from itwin_report.errors import (
     EXIT_ERROR,
@@ -149,6 +150,19 @@ def _parse_rate_config(value: str | None) -> tuple[str, int] | None:
     return strategy, int(workers)
 
 
+def _parse_workers(value: str | None) -> list[int]:
+    """``64,128`` -> ``[64, 128]``; BadParameter for anything but positive integers."""
+    if not value:
+        return []
+    parts = [p.strip() for p in value.split(",") if p.strip()]
+    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise click.BadParameter(
+            "expected positive worker counts separated by commas, e.g. 64,128",
+            param_hint="--predict",
+        )
+    return [int(p) for p in parts]
+
+
 def _finite(value: float | None, param: click.Parameter) -> float | None:
     """Reject nan and inf, which every comparison would let through."""
     if value is not None and not (value - value == 0):
@@ -277,6 +291,20 @@ def _styled(fmt: str, output: Path | None) -> bool:
     help="Configuration for the Rate/GlobalRate plot (default: first strategy, fewest workers).",
 )
 @click.option(
+    "--scaling",
+    type=click.Choice(["auto", "strong", "weak"]),
+    default="auto",
+    show_default=True,
+    help="Strong scaling (fixed global problem) or weak (fixed problem per GPU: efficiency is "
+    "the throughput per GPU against the base); auto decides from samples_per_epoch.",
+)
+@click.option(
+    "--predict",
+    metavar="N,M",
+    help="Predict epoch time, speedup and efficiency at these worker counts from the fitted "
+    "scaling models (e.g. 64,128).",
+)
+@click.option(
     "--strategy-param",
     default="strategy",
     show_default=True,
@@ -307,6 +335,8 @@ def generate_scalability_report(
     include_unfinished: bool,
     throughput_source: str,
     rate_config: str | None,
+    scaling: str,
+    predict: str | None,
     strategy_param: str,
     workers_param: str,
     quiet: bool,
@@ -327,6 +357,7 @@ def generate_scalability_report(
       itwin-report generate-scalability-report -e my-exp --fail-under-efficiency 0.7 --no-plots
       itwin-report generate-scalability-report -e my-exp --baseline per-strategy
       itwin-report generate-scalability-report -e my-exp --samples-per-epoch 8192
+      itwin-report generate-scalability-report -e my-exp --predict 64,128
       itwin-report generate-scalability-report -e my-exp --strategy-param backend \
         --workers-param world_size
     """
@@ -335,6 +366,7 @@ def generate_scalability_report(
     from itwin_report.report import below_efficiency, build_report
 
     rate = _parse_rate_config(rate_config)
+    targets = _parse_workers(predict)
     uri = store.resolve_tracking_uri(tracking_uri)
     outputs = {"--output": output, "--plot-dir": None if no_plots else plot_dir}
     conflict = store.check_outputs(uri, outputs)
@@ -356,6 +388,8 @@ def generate_scalability_report(
         throughput_source=throughput_source,
         baseline=baseline,
         samples_per_epoch=samples_per_epoch,
+        scaling=scaling,
+        predict_workers=targets,
     )
     text = render(report, fmt, styled=_styled(fmt, output))
     _emit(text, output)
@@ -426,6 +460,7 @@ def merge_performance(files: tuple[Path, ...], output: Path | None) -> None:
 
 
 main.add_command(emulate_command)
+main.add_command(compare_command)
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,9 @@
 """The project's one exception family; each kind carries its documented exit code.
 
 Exit codes: 0 success, 1 user error or unreachable store (:class:`ReportError`),
-2 bad usage (Click's own), 3 the efficiency gate failed (:class:`GateFailed`),
-130 interrupted by SIGINT (Ctrl-C), 143 terminated by SIGTERM (:class:`Interrupted`).
+2 bad usage (Click's own), 3 the efficiency gate failed (:class:`GateFailed`), 4 ``compare``
+found a regression (:class:`RegressionFound`), 130 interrupted by SIGINT (Ctrl-C), 143
+terminated by SIGTERM (:class:`Interrupted`).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_GATE = 3
+EXIT_REGRESSION = 4
 EXIT_SIGINT = 130
 EXIT_SIGNAL_BASE = 128  # interrupted: 128 + the signal's number (130 SIGINT, 143 SIGTERM)
 
@@ -33,6 +35,12 @@ class GateFailed(ReportError):
     """``--fail-under-efficiency`` found a configuration below the threshold."""
 
     exit_code = EXIT_GATE
+
+
+class RegressionFound(ReportError):
+    """``compare`` found a change for the worse beyond the threshold and beyond noise."""
+
+    exit_code = EXIT_REGRESSION
 
 
 class Interrupted(BaseException):

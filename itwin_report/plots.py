@@ -133,6 +133,7 @@ def speedup_figure(report: Report) -> Figure | None:
     fig, ax = made
     _plain_log_y(ax, base=2)
     _ideal_speedup(ax, report.epoch_time)
+    interval_bars(ax, report, "speedup")
     ax.legend(title="Strategy")
     _warmup_caption(ax, report)
     return fig
@@ -160,6 +161,7 @@ def efficiency_figure(report: Report) -> Figure | None:
         return None
     fig, ax = made
     ax.axhline(1.0, label="ideal", color=IDEAL_COLOR, linestyle="--")
+    interval_bars(ax, report, "efficiency")
     top = max(1.1, float(report.epoch_time["efficiency"].max()) * 1.05)
     ax.set_ylim(0, top)
     ax.legend(title="Strategy")
@@ -324,6 +326,79 @@ def rates_figure(report: Report) -> Figure | None:
     return fig
 
 
+def interval_bars(ax: Axes, report: Report, column: str) -> None:
+    """95 % error bars on ``column`` (speedup or efficiency) where the table has an interval."""
+    low, high = f"{column}_ci_low", f"{column}_ci_high"
+    table = report.epoch_time
+    if low not in table.columns:
+        return
+    colors = strategy_colors(report)
+    known = table[table[low].notna() & table[high].notna() & table[column].notna()]
+    for strategy, group in known.groupby("strategy", sort=True):
+        values = group[column].to_numpy(dtype=float)
+        below = values - group[low].to_numpy(dtype=float)
+        above = group[high].to_numpy(dtype=float) - values
+        ax.errorbar(
+            group["workers"].to_numpy(dtype=float),
+            values,
+            yerr=[below.clip(min=0), above.clip(min=0)],
+            fmt="none",
+            ecolor=colors[str(strategy)],
+            capsize=3,
+        )
+
+
+def prediction_figure(report: Report) -> Figure | None:
+    """Measured epoch times, the fitted curves, and the predictions with their intervals.
+
+    The extrapolated region (beyond the largest measured worker count) is shaded with the
+    prediction interval of each strategy's chosen model.
+    """
+    import numpy as np
+
+    analysis = report.analysis
+    if analysis is None or analysis.predictions.empty:
+        return None
+    colors = strategy_colors(report)
+    fig, ax = _figure("Epoch time: measured, fitted and predicted")
+    predicted = analysis.predictions
+    ticks: set[int] = set()
+    for sm in analysis.fits:
+        mine = predicted[predicted["strategy"] == sm.strategy]
+        if sm.chosen is None or mine.empty:
+            continue
+        fit = sm.fits[sm.chosen]
+        color = colors.get(sm.strategy, PALETTE[0])
+        last, top = float(sm.workers.max()), float(mine["workers"].max())
+        ax.plot(sm.workers, sm.times, "o", color=color, label=f"{sm.strategy} measured")
+        grid = np.geomspace(float(sm.workers.min()), max(top, last), 80)
+        name = {"amdahl": "Amdahl", "usl": "USL"}[fit.model]
+        ax.plot(grid, fit.predict(grid), "-", color=color, label=f"{sm.strategy} {name} fit")
+        beyond = np.geomspace(last, max(top, last), 40)
+        bounds = np.array([fit.interval(float(w))[1:] for w in beyond])
+        ax.fill_between(beyond, bounds[:, 0], bounds[:, 1], color=color, alpha=0.15)
+        ax.errorbar(
+            mine["workers"].to_numpy(dtype=float),
+            mine["avg_epoch_time_s"].to_numpy(dtype=float),
+            yerr=[
+                (mine["avg_epoch_time_s"] - mine["low_s"]).to_numpy(dtype=float),
+                (mine["high_s"] - mine["avg_epoch_time_s"]).to_numpy(dtype=float),
+            ],
+            fmt="s",
+            mfc="none",
+            color=color,
+            capsize=4,
+            label=f"{sm.strategy} predicted (95 %)",
+        )
+        ax.axvspan(last, max(top, last), color="0.9", zorder=0)
+        ticks |= {int(w) for w in sm.workers} | {int(w) for w in mine["workers"]}
+    _worker_ticks(ax, sorted(ticks))
+    _plain_log_y(ax)
+    ax.set_ylabel("Average epoch time (s)")
+    ax.legend(fontsize="small")
+    return fig
+
+
 FIGURES = {
     "epoch_time": epoch_time_figure,
     "speedup": speedup_figure,
@@ -333,6 +408,7 @@ FIGURES = {
     "gpu_utilization": gpu_utilization_figure,
     "throughput": throughput_figure,
     "rates": rates_figure,
+    "prediction": prediction_figure,
 }
 
 

@@ -146,6 +146,15 @@ EPOCH_TIME = TableSpec(
             percent_of_fraction,
             description="speedup * base workers / workers.",
         ),
+        *(
+            Column(name, "float64", None, number(".3f"), description="95 % interval bound.")
+            for name in (
+                "speedup_ci_low",
+                "speedup_ci_high",
+                "efficiency_ci_low",
+                "efficiency_ci_high",
+            )
+        ),
     ),
 )
 

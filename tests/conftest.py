@@ -203,6 +203,37 @@ def scaling_file_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, d
     return str(root), build_scaling_store(str(root))
 
 
+ANALYSIS_EXPERIMENTS = {
+    "base": (),
+    "reseeded": (),
+    "slowed": ("inter_gbit_per_s=2",),  # a slower inter-node link: a larger all-reduce cost
+}
+
+
+@pytest.fixture(scope="session")
+def analysis_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    """(sqlite URI, directory): virgo torch-ddp on 4-32 workers, 3 runs each, as three
+    experiments: base, reseeded (another seed) and slowed (a slower inter-node link)."""
+    from itwin_report.emulator import EmulationOptions, run_emulation
+
+    root = tmp_path_factory.mktemp("analysis")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    for seed, (name, overrides) in enumerate(ANALYSIS_EXPERIMENTS.items()):
+        options = EmulationOptions(
+            strategies=("torch-ddp",),
+            workers=(4, 8, 16, 32),
+            epochs=3,
+            repeats=3,
+            seed=seed,
+            preset="virgo",
+            overrides=overrides,
+            log_on_workers="0",
+            experiment_name=name,
+        )
+        run_emulation(options, uri)
+    return uri, root
+
+
 def _sqlite_file(dialect: Any, cargs: Any, cparams: Any) -> Path | None:
     """The file a pysqlite connection is about to open, or None (memory, URI form, not SQLite)."""
     if dialect.name != "sqlite":

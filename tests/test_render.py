@@ -34,6 +34,10 @@ def hand_report() -> Report:
             "std_epoch_time_s": [0.5, NAN, NAN],
             "speedup": [1.0, 1.6, 1.0],  # 12 / 7.5
             "efficiency": [1.0, 0.8, 1.0],  # 1.6 * 4 / 8
+            "speedup_ci_low": [1.0, NAN, NAN],  # the base: [1, 1]; one run: no interval
+            "speedup_ci_high": [1.0, NAN, NAN],
+            "efficiency_ci_low": [1.0, NAN, NAN],
+            "efficiency_ci_high": [1.0, NAN, NAN],
         }
     )
     gpu = pd.DataFrame(
@@ -150,8 +154,11 @@ def test_one_definition_per_table() -> None:
     for spec in TABLES:
         frame = getattr(report, spec.name)
         assert list(frame.columns) == spec.names, spec.name
+        # JSON pairs the interval bounds: speedup_ci = [low, high], efficiency_ci likewise
+        keys = [c.key for c in spec.columns if not c.key.endswith(("_ci_low", "_ci_high"))]
+        keys += ["speedup_ci", "efficiency_ci"] if spec.name == "epoch_time" else []
         for row in obj[spec.name]:
-            assert list(row) == [c.key for c in spec.columns]
+            assert list(row) == keys
         if len(frame):
             header_line = text.split(f"{spec.heading}\n{'=' * len(spec.heading)}\n")[1]
             header_line = header_line.splitlines()[0]
@@ -197,6 +204,8 @@ def hostile_report() -> Report:
             "std_epoch_time_s": [NAN] * n,
             "speedup": [-1.5] * n,  # impossible, but a number: never protected as a formula
             "efficiency": [1.0] * n,
+            **{c: [NAN] * n for c in ("speedup_ci_low", "speedup_ci_high")},
+            **{c: [NAN] * n for c in ("efficiency_ci_low", "efficiency_ci_high")},
         }
     )
     report = hand_report()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from itwin_report.analysis_text import json_fields, pair_intervals
 from itwin_report.masking import mask_text, mask_uri
 from itwin_report.render.safe import csv_text
 from itwin_report.tables import DTYPES, TABLES, is_missing
@@ -48,6 +49,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
             rows.append(row)
         out[spec.name] = rows
     out["baseline"] = report.baseline
+    out["epoch_time"] = [pair_intervals(row) for row in out["epoch_time"]]
+    out.update(json_fields(report))
     out["warnings"] = [mask_text(w) for w in report.warnings]
     return out
 

@@ -110,10 +110,25 @@ def evidence_lines(report: Report) -> list[str]:
     return lines
 
 
+def analysis_blocks(report: Report) -> list[Block]:
+    """Intervals, scaling models, predictions and their sentences (see docs/analysis.md)."""
+    from itwin_report.analysis_text import analysis_tables, sentences
+
+    blocks: list[Block] = [
+        Table(name, heading, headers, rows, right, empty)
+        for name, heading, headers, rows, right, empty in analysis_tables(report)
+    ]
+    lines = [mask_text(line) for line in sentences(report)]
+    if lines:
+        blocks.append(Notes("Scaling analysis", lines))
+    return blocks
+
+
 def layout(report: Report) -> Layout:
     """The blocks of ``report`` in the order every writer prints them."""
     blocks: list[Block] = [Title(mask_text(report.experiment), mask_uri(report.tracking_uri))]
     blocks += [table_block(report, spec) for spec in TABLES]
+    blocks += analysis_blocks(report)
     if report.warnings:
         blocks.append(Notes("Warnings", [mask_text(w) for w in report.warnings], warning=True))
     blocks.append(Footer(warmup_line(report)))

@@ -9,13 +9,23 @@ import pandas as pd
 from itwin_report.errors import ReportError
 from itwin_report.report.common import AUTO, BASELINES, Baseline, normalized
 from itwin_report.report.computation import computation_table
-from itwin_report.report.epoch_time import epoch_time_table
+from itwin_report.report.confidence import fastest_lines
+from itwin_report.report.epoch_time import epoch_time_table, run_means_table
 from itwin_report.report.gpu import gpu_table
+from itwin_report.report.scaling_mode import MODES, decide, weak_efficiency
+from itwin_report.report.scaling_models import (
+    StrategyModels,
+    describe,
+    fit_all,
+    karp_flatt_table,
+    models_table,
+    predict,
+)
 from itwin_report.report.series import rate_series
 from itwin_report.report.throughput import SOURCE_NAMES, throughput_table
 from itwin_report.schema import RunData
 
-__all__ = ["Report", "below_efficiency", "build_report"]
+__all__ = ["Analysis", "Report", "below_efficiency", "build_report"]
 
 
 @dataclass
@@ -35,6 +45,23 @@ class Report:
     baseline: dict = field(default_factory=lambda: {"mode": "per-strategy", "reference": None})
     # why a table is empty or all unknown, for the plots' messages: {"computation": "..."}
     reasons: dict[str, str] = field(default_factory=dict)
+    analysis: Analysis | None = None
+
+
+@dataclass
+class Analysis:
+    """Intervals, scaling models and predictions (see ``docs/analysis.md``)."""
+
+    scaling: str  # "strong" or "weak"
+    scaling_note: str
+    run_means: pd.DataFrame  # one row per run: strategy, workers, job_id, avg_epoch_time_s
+    fastest: list[str]
+    models: pd.DataFrame
+    karp_flatt: pd.DataFrame
+    model_lines: list[str]
+    predictions: pd.DataFrame
+    prediction_notes: list[str]
+    fits: list[StrategyModels] = field(default_factory=list)
 
 
 def build_report(
@@ -44,6 +71,8 @@ def build_report(
     throughput_source: str = "auto",
     baseline: str = AUTO,
     samples_per_epoch: float | None = None,
+    scaling: str = "auto",
+    predict_workers: list[int] | None = None,
 ) -> Report:
     """Aggregate ``data`` into a :class:`Report`; raises ``ReportError`` on bad options.
 
@@ -60,8 +89,17 @@ def build_report(
         raise ReportError(f"unknown baseline {baseline!r}; use one of {', '.join(BASELINES)}")
     if samples_per_epoch is not None and not (0 < samples_per_epoch < float("inf")):
         raise ReportError(f"samples per epoch must be > 0 and finite, got {samples_per_epoch}")
+    if scaling not in MODES:
+        raise ReportError(f"unknown scaling {scaling!r}; use one of {', '.join(MODES)}")
+    if predict_workers and min(predict_workers) < 1:
+        raise ReportError("worker counts to predict must be >= 1")
     data = normalized(data)
     epoch, w_epoch, used = epoch_time_table(data, warmup_epochs, baseline)
+    runs = run_means_table(data, warmup_epochs)
+    mode, note = decide(data.runs, scaling)
+    if mode == "weak":
+        epoch = weak_efficiency(epoch, data.runs)
+    analysis = analyse(epoch, runs, mode, note, predict_workers or [])
     gpu, w_gpu = gpu_table(data)
     comp, w_comp, no_gpu = computation_table(data)
     thr, w_thr, thr_used = throughput_table(
@@ -87,6 +125,29 @@ def build_report(
             else {"strategy": used.reference[0], "workers": used.reference[1]},
         },
         reasons={} if no_gpu is None else {"computation": no_gpu},
+        analysis=analysis,
+    )
+
+
+def analyse(
+    epoch: pd.DataFrame, runs: pd.DataFrame, mode: str, note: str, targets: list[int]
+) -> Analysis:
+    """Fastest-strategy statements, model fits (strong scaling only) and predictions."""
+    models = fit_all(epoch) if mode == "strong" else []
+    predictions, notes = predict(models, sorted(set(targets)))
+    if mode == "weak" and targets:
+        notes = ["no predictions under weak scaling: the models describe a fixed global problem"]
+    return Analysis(
+        scaling=mode,
+        scaling_note=note,
+        run_means=runs,
+        fastest=fastest_lines(runs),
+        models=models_table(models),
+        karp_flatt=karp_flatt_table(models),
+        model_lines=[describe(m) for m in models],
+        predictions=predictions,
+        prediction_notes=notes,
+        fits=models,
     )
 
 

@@ -16,6 +16,7 @@ from itwin_report.report.common import (
     lowest_rank_points,
     points,
 )
+from itwin_report.report.confidence import add_intervals
 from itwin_report.schema import EPOCH_TIME, RunData
 
 COLUMNS = tables.EPOCH_TIME.names
@@ -58,6 +59,7 @@ def epoch_time_table(
         table, "avg_epoch_time_s", False, baseline, configs, what="epoch times"
     )
     warnings.extend(notes)
+    table = add_intervals(table, run_means_table(data, warmup_epochs))
     have = set(zip(table["strategy"], table["workers"], strict=True))
     for strategy, workers in configs:
         if (strategy, workers) not in have:
@@ -77,3 +79,20 @@ def _warmup_warnings(epochs: pd.DataFrame, kept: pd.DataFrame, warmup: int) -> l
             f"epoch(s) are within the {warmup} warm-up epoch(s); left out of epoch times"
         )
     return out
+
+
+RUN_COLUMNS = ["strategy", "workers", "job_id", "avg_epoch_time_s"]
+
+
+def run_means_table(data: RunData, warmup_epochs: int = 1) -> pd.DataFrame:
+    """One row per run (job): its mean epoch time after warm-up; sorted by configuration, job."""
+    kept = after_warmup(epoch_points(data), warmup_epochs)
+    if kept.empty:
+        return finish([], RUN_COLUMNS).astype({"job_id": "str"})
+    means = kept.groupby(["strategy", "workers", "job_id"], as_index=False).agg(
+        avg_epoch_time_s=("value", "mean")
+    )
+    means["workers"] = means["workers"].astype("int64")
+    return means.sort_values(["strategy", "workers", "job_id"], kind="stable").reset_index(
+        drop=True
+    )[RUN_COLUMNS]

@@ -1,0 +1,213 @@
+"""The analysis part of a report as text and JSON: intervals, scaling mode, models, predictions.
+
+Light module: pandas is only touched through the report's frames.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from itwin_report.masking import mask_text
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from itwin_report.report import Report
+
+CI_PAIRS = {
+    "speedup_ci": ("speedup_ci_low", "speedup_ci_high"),
+    "efficiency_ci": ("efficiency_ci_low", "efficiency_ci_high"),
+}
+MODEL_NAMES = {"amdahl": "Amdahl", "usl": "USL"}
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe scalar: numpy -> Python, NaN/inf -> None, text masked."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
+        return None
+    if isinstance(value, str):
+        return mask_text(value)
+    return value
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [
+        {str(k): _plain(v) for k, v in rec.items()}
+        for rec in frame.astype(object).to_dict("records")
+    ]
+
+
+def pair_intervals(row: dict[str, Any]) -> dict[str, Any]:
+    """A JSON epoch-time row with ``speedup_ci``/``efficiency_ci`` as [low, high] (or None)."""
+    if "speedup_ci_low" not in row:
+        return row
+    out = {k: v for k, v in row.items() if not k.endswith(("_ci_low", "_ci_high"))}
+    for name, (low, high) in CI_PAIRS.items():
+        lo, hi = row.get(low), row.get(high)
+        out[name] = None if lo is None or hi is None else [lo, hi]
+    return out
+
+
+def json_fields(report: Report) -> dict[str, Any]:
+    """The analysis keys of the JSON report (empty when the report carries no analysis)."""
+    a = report.analysis
+    if a is None:
+        return {}
+    return {
+        "scaling": a.scaling,
+        "scaling_note": a.scaling_note,
+        "runs": _records(a.run_means),
+        "fastest": [mask_text(line) for line in a.fastest],
+        "scaling_models": _records(a.models),
+        "karp_flatt": _records(a.karp_flatt),
+        "model_summary": [mask_text(line) for line in a.model_lines],
+        "predictions": _records(a.predictions),
+        "prediction_notes": [mask_text(line) for line in a.prediction_notes],
+    }
+
+
+def interval_text(low: Any, high: Any, fmt: str) -> str:
+    """``[low, high]`` formatted, or n/a."""
+    if low is None or high is None or low != low or high != high:
+        return "n/a"
+    return f"{format(float(low), fmt)}–{format(float(high), fmt)}"
+
+
+def model_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows) of the fitted-models table."""
+    headers = [
+        "Strategy",
+        "Model",
+        "Points",
+        "Serial fr.",
+        "σ",
+        "κ",
+        "Peak",
+        "R²",
+        "LOO err",
+        "Chosen",
+    ]
+    rows = []
+    if report.analysis is not None:
+        for r in _records(report.analysis.models):
+            rows.append(
+                [
+                    str(r["strategy"]),
+                    MODEL_NAMES[r["model"]],
+                    str(r["points"]),
+                    _fmt(r["serial_fraction"], ".4f"),
+                    _fmt(r["contention"], ".4f"),
+                    _fmt(r["coherency"], ".2e"),
+                    "none"
+                    if r["model"] == "usl" and r["peak_workers"] is None
+                    else _fmt(r["peak_workers"], ".0f"),
+                    _fmt(r["r2"], ".4f"),
+                    _fmt(r["loo_error"], ".1%"),
+                    "yes" if r["chosen"] else "no",
+                ]
+            )
+    return headers, rows
+
+
+def prediction_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows) of the predictions table."""
+    headers = ["Strategy", "Workers", "Model", "Epoch time", "95 % interval", "Speedup", "Eff."]
+    rows = []
+    if report.analysis is not None:
+        for r in _records(report.analysis.predictions):
+            rows.append(
+                [
+                    str(r["strategy"]),
+                    str(r["workers"]),
+                    MODEL_NAMES[r["model"]],
+                    _fmt(r["avg_epoch_time_s"], ".2f") + " s",
+                    interval_text(r["low_s"], r["high_s"], ".2f") + " s",
+                    _fmt(r["speedup"], ".2f") + "x",
+                    _pct(r["efficiency"]),
+                ]
+            )
+    return headers, rows
+
+
+def _fmt(value: Any, fmt: str) -> str:
+    return "n/a" if value is None else format(float(value), fmt)
+
+
+def sentences(report: Report) -> list[str]:
+    """Scaling mode, fastest strategies, model summaries and prediction notes."""
+    a = report.analysis
+    if a is None:
+        return []
+    return [a.scaling_note, *a.fastest, *a.model_lines, *a.prediction_notes]
+
+
+TableParts = tuple[str, str, list[str], list[list[str]], list[bool], str]
+
+
+def interval_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows) of the speedup/efficiency interval table; no rows without intervals."""
+    headers = [
+        "Strategy",
+        "Workers",
+        "Runs",
+        "Speedup",
+        "95 % interval",
+        "Efficiency",
+        "95 % interval",
+    ]
+    frame = report.epoch_time
+    if "speedup_ci_low" not in frame.columns:
+        return headers, []
+    known = frame[frame["speedup_ci_low"].notna() | frame["efficiency_ci_low"].notna()]
+    rows = []
+    for r in _records(known):
+        rows.append(
+            [
+                str(r["strategy"]),
+                str(r["workers"]),
+                str(r["runs"]),
+                _fmt(r["speedup"], ".2f"),
+                interval_text(r["speedup_ci_low"], r["speedup_ci_high"], ".2f"),
+                _pct(r["efficiency"]),
+                "n/a"
+                if r["efficiency_ci_low"] is None
+                else f"{_pct(r['efficiency_ci_low'])}–{_pct(r['efficiency_ci_high'])}",
+            ]
+        )
+    return headers, rows
+
+
+def karp_flatt_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    headers = ["Strategy", "Workers", "Karp–Flatt serial fraction"]
+    rows = []
+    if report.analysis is not None:
+        for r in _records(report.analysis.karp_flatt):
+            rows.append([str(r["strategy"]), str(r["workers"]), _fmt(r["karp_flatt"], ".4f")])
+    return headers, rows
+
+
+def _pct(value: Any) -> str:
+    return "n/a" if value is None else f"{float(value) * 100:.1f} %"
+
+
+def analysis_tables(report: Report) -> list[TableParts]:
+    """The analysis tables that have rows: (name, heading, headers, rows, right, empty)."""
+    out: list[TableParts] = []
+    parts = (
+        ("intervals", "Speedup and efficiency, 95 % intervals", interval_rows(report)),
+        ("scaling_models", "Scaling models", model_rows(report)),
+        ("karp_flatt", "Karp–Flatt serial fraction", karp_flatt_rows(report)),
+        ("predictions", "Predictions", prediction_rows(report)),
+    )
+    for name, heading, (headers, rows) in parts:
+        if rows:
+            right = [False] + [True] * (len(headers) - 1)
+            if name == "scaling_models":
+                right[1] = right[-1] = False
+            if name == "predictions":
+                right[2] = False
+            out.append((name, heading, headers, rows, right, ""))
+    return out

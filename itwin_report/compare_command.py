@@ -1,0 +1,111 @@
+"""The ``compare`` command: a regression gate between two reports (thin layer over compare.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from itwin_report.errors import RegressionFound, ReportError
+
+if TYPE_CHECKING:
+    from itwin_report.compare import Side
+
+COMPARE_FORMATS = ("table", "markdown", "json", "benchmark-json", "benchmark-json-bigger")
+
+
+def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool) -> Side:
+    """A saved JSON report when ``source`` is a file, else an experiment of the store."""
+    from itwin_report import compare, store
+    from itwin_report.report import build_report
+
+    path = Path(source)
+    if path.is_file():
+        return compare.load_side_file(path)
+    if path.suffix.lower() == ".json":
+        raise ReportError(f"no such report file: {source}")
+    uri = store.resolve_tracking_uri(tracking_uri)
+    data = store.load_experiment(uri, source, [], show_progress=not quiet)
+    return compare.side_from_report(build_report(data, warmup_epochs=warmup_epochs), source)
+
+
+@click.command("compare")
+@click.argument("baseline")
+@click.argument("current")
+@click.option(
+    "--tracking-uri",
+    metavar="URI",
+    help="Store of BASELINE/CURRENT when they name experiments "
+    "(default: $MLFLOW_TRACKING_URI, else sqlite:///mllogs/mlflow.db).",
+)
+@click.option(
+    "--max-regression",
+    type=click.FloatRange(min=0),
+    default=0.05,
+    show_default=True,
+    metavar="FRACTION",
+    help="A change for the worse larger than this (0.05 = 5 %) is a regression, when it is "
+    "also beyond noise.",
+)
+@click.option(
+    "--warmup-epochs",
+    type=click.IntRange(min=0),
+    default=1,
+    show_default=True,
+    help="Warm-up epochs left out when a side is read from a store.",
+)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(COMPARE_FORMATS),
+    default="table",
+    show_default=True,
+    help="Output format; benchmark-json (smaller is better: epoch time, energy) and "
+    "benchmark-json-bigger (efficiency, throughput) are github-action-benchmark's custom tools.",
+)
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the comparison to FILE instead of stdout.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
+def compare_command(
+    baseline: str,
+    current: str,
+    tracking_uri: str | None,
+    max_regression: float,
+    warmup_epochs: int,
+    fmt: str,
+    output: Path | None,
+    quiet: bool,
+) -> None:
+    """Compare two reports per configuration and exit 4 on a regression.
+
+    BASELINE and CURRENT are each a JSON report saved with --format json, or
+    an experiment name read from --tracking-uri. Per configuration: epoch time,
+    parallel efficiency, throughput and energy per epoch, with their changes.
+    A regression is a change for the worse beyond --max-regression that is also
+    beyond noise where per-run values exist (Welch's t-test on the runs' mean
+    epoch times; non-overlapping 95 % intervals for efficiency).
+
+    \b
+    Examples:
+      itwin-report generate-scalability-report -e nightly --format json -o base.json
+      itwin-report compare base.json nightly --tracking-uri sqlite:///mlflow.db
+      itwin-report compare base.json current.json --format markdown >> "$GITHUB_STEP_SUMMARY"
+      itwin-report compare base.json current.json --format benchmark-json -o bench.json
+    """
+    from itwin_report import compare
+    from itwin_report.cli import _emit
+
+    base = _side(baseline, tracking_uri, warmup_epochs, quiet)
+    cur = _side(current, tracking_uri, warmup_epochs, quiet)
+    table = compare.compare(base, cur, max_regression)
+    _emit(compare.render_comparison(table, base, cur, fmt, max_regression), output)
+    found = [compare.safe_name(name) for name in compare.regressions(table)]
+    if found:
+        raise RegressionFound(
+            f"regression beyond {max_regression:.0%} and noise: " + ", ".join(found)
+        )

@@ -1,0 +1,212 @@
+"""95 % intervals from per-run means: Student-t quantiles, ratio intervals, Welch's t-test.
+
+Numpy only. The method is documented in ``docs/analysis.md``:
+
+* a configuration's runs are its jobs; each run contributes one value, its mean epoch time
+  after warm-up, so the epochs inside a run (which are correlated) never count as samples;
+* the interval of a mean is ``mean ± t(0.975, n-1) · s / sqrt(n)``;
+* the interval of a ratio of two means (speedup) is built on the log scale with the delta
+  method, ``log r ± t(0.975, df) · sqrt(s_a²/(n_a m_a²) + s_b²/(n_b m_b²))``, the degrees of
+  freedom from the Welch–Satterthwaite formula; efficiency scales the speedup interval;
+* two sets of runs differ beyond noise when Welch's ``|t|`` exceeds ``t(0.975, df)``.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+import pandas as pd
+from numpy.typing import ArrayLike
+
+LEVEL = 0.95
+CI_COLUMNS = ["speedup_ci_low", "speedup_ci_high", "efficiency_ci_low", "efficiency_ci_high"]
+
+_GRID = 4001  # Simpson points for the t distribution's central probability
+
+
+def _central_probability(q: float, df: float) -> float:
+    """P(|T| <= q) for Student's t with ``df`` degrees of freedom (Simpson's rule on [0, q])."""
+    x = np.linspace(0.0, q, _GRID)
+    log_c = math.lgamma((df + 1) / 2) - math.lgamma(df / 2) - 0.5 * math.log(df * math.pi)
+    f = np.exp(log_c - (df + 1) / 2 * np.log1p(x * x / df))
+    h = q / (_GRID - 1)
+    simpson = h / 3 * (f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+    return 2.0 * float(simpson)
+
+
+@functools.lru_cache(maxsize=256)
+def _t_quantile(df: float, level: float) -> float:
+    low, high = 0.0, 2.0
+    while _central_probability(high, df) < level:
+        low, high = high, high * 2
+    for _ in range(45):
+        mid = (low + high) / 2
+        if _central_probability(mid, df) < level:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
+def t_quantile(df: float, level: float = LEVEL) -> float:
+    """The two-sided Student-t quantile q: P(|T| <= q) = ``level``, ``df`` >= 1 (fractional ok).
+
+    Computed by bisection on the t density integrated with Simpson's rule; beyond 10^6 degrees
+    of freedom the value at 10^6 is used (the normal limit to 6 digits). Fractional df are
+    rounded to 0.01 (above 100: to integers), which moves the quantile by less than 0.1 %.
+    """
+    if not df >= 1:
+        raise ValueError(f"degrees of freedom must be >= 1, got {df}")
+    df = min(float(df), 1e6)
+    return _t_quantile(round(df, 2) if df < 100 else float(round(df)), level)
+
+
+def mean_interval(values: ArrayLike) -> tuple[float, float, float]:
+    """(mean, low, high) of the mean of ``values``; low/high NaN with fewer than two values."""
+    x = np.asarray(values, dtype=float)
+    if len(x) == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(x.mean())
+    if len(x) < 2:
+        return mean, math.nan, math.nan
+    half = t_quantile(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))
+    return mean, mean - half, mean + half
+
+
+def _rel_var(x: np.ndarray) -> float:
+    """Squared relative standard error of the mean of ``x``."""
+    m = float(x.mean())
+    return float(x.var(ddof=1)) / (len(x) * m * m)
+
+
+def welch_df(var_a: float, n_a: int, var_b: float, n_b: int) -> float:
+    """Welch–Satterthwaite degrees of freedom of two squared standard errors (var/n given)."""
+    num = (var_a + var_b) ** 2
+    den = var_a**2 / (n_a - 1) + var_b**2 / (n_b - 1)
+    if den <= 0:
+        return math.inf
+    return max(1.0, num / den)
+
+
+def ratio_interval(numerator: ArrayLike, denominator: ArrayLike) -> tuple[float, float, float]:
+    """(r, low, high) for r = mean(numerator) / mean(denominator), both positive.
+
+    Low/high are NaN unless both sides hold at least two values.
+    """
+    a = np.asarray(numerator, dtype=float)
+    b = np.asarray(denominator, dtype=float)
+    if len(a) == 0 or len(b) == 0 or a.mean() <= 0 or b.mean() <= 0:
+        return math.nan, math.nan, math.nan
+    r = float(a.mean() / b.mean())
+    if len(a) < 2 or len(b) < 2:
+        return r, math.nan, math.nan
+    va, vb = _rel_var(a), _rel_var(b)
+    half = t_quantile(welch_df(va, len(a), vb, len(b))) * math.sqrt(va + vb)
+    return r, r * math.exp(-half), r * math.exp(half)
+
+
+def welch_test(a: ArrayLike, b: ArrayLike) -> tuple[float, float, bool]:
+    """(t, df, differ): Welch's t statistic of mean(b) - mean(a), its df, and |t| > t(0.975, df).
+
+    With fewer than two values on a side, (NaN, NaN, True): no evidence of noise to weigh.
+    Identical constant samples give (0, inf, False) unless their means differ.
+    """
+    x = np.asarray(a, dtype=float)
+    y = np.asarray(b, dtype=float)
+    if len(x) < 2 or len(y) < 2:
+        return math.nan, math.nan, True
+    va = float(x.var(ddof=1)) / len(x)
+    vb = float(y.var(ddof=1)) / len(y)
+    diff = float(y.mean() - x.mean())
+    if va + vb == 0:
+        return (0.0 if diff == 0 else math.copysign(math.inf, diff)), math.inf, diff != 0
+    t = diff / math.sqrt(va + vb)
+    df = welch_df(va, len(x), vb, len(y))
+    return t, df, abs(t) > t_quantile(df)
+
+
+def separate(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two intervals (low, high) are disjoint (NaN bounds never are)."""
+    lo_a, hi_a = a
+    lo_b, hi_b = b
+    if any(math.isnan(v) for v in (lo_a, hi_a, lo_b, hi_b)):
+        return False
+    return hi_a < lo_b or hi_b < lo_a
+
+
+def add_intervals(table: pd.DataFrame, run_means: pd.DataFrame) -> pd.DataFrame:
+    """Add ``speedup_ci_low/high`` and ``efficiency_ci_low/high`` to the epoch-time table.
+
+    ``run_means`` has one row per run: strategy, workers, avg_epoch_time_s. Each interval comes
+    from :func:`ratio_interval` of the base's and the row's run means, moved on the log scale
+    so that it surrounds the table's own speedup; NaN unless both hold two runs or more. The
+    base configuration's interval is [1, 1].
+    """
+    out = table.copy()
+    cols = {c: np.full(len(out), np.nan) for c in CI_COLUMNS}
+    groups = run_groups(run_means)
+    for i, rec in enumerate(out.to_dict("records")):
+        speedup = rec["speedup"]
+        if not speedup > 0:
+            continue
+        mine = groups.get((str(rec["strategy"]), int(rec["workers"])), np.array([]))
+        base_w = rec["workers"] * rec["efficiency"] / speedup
+        base = groups.get((str(rec["strategy"]), round(base_w)), np.array([]))
+        if len(mine) < 2 or len(base) < 2:
+            continue
+        if round(base_w) == int(rec["workers"]):
+            for name in CI_COLUMNS:
+                cols[name][i] = 1.0
+            continue
+        r, low, high = ratio_interval(base, mine)
+        shift = speedup / r
+        scale = base_w / rec["workers"]
+        cols["speedup_ci_low"][i], cols["speedup_ci_high"][i] = low * shift, high * shift
+        cols["efficiency_ci_low"][i] = low * shift * scale
+        cols["efficiency_ci_high"][i] = high * shift * scale
+    for name, values in cols.items():
+        out[name] = values
+    return out
+
+
+def fastest_lines(run_means: pd.DataFrame) -> list[str]:
+    """Per worker count run by two strategies or more: the fastest, or "within noise".
+
+    A strategy is named fastest only when the 95 % interval of its mean epoch time lies
+    entirely below every other strategy's interval at that worker count.
+    """
+    lines = []
+    for workers, group in run_means.groupby("workers", sort=True):
+        by = {
+            str(s): mean_interval(g["avg_epoch_time_s"].to_numpy(dtype=float))
+            for s, g in group.groupby("strategy", sort=True)
+        }
+        if len(by) < 2:
+            continue
+        best = min(by, key=lambda s: by[s][0])
+        others = [s for s in by if s != best]
+        if any(math.isnan(by[s][1]) for s in by):
+            lines.append(
+                f"Fastest strategy at {workers} GPUs: cannot tell (a strategy has a single run; "
+                f"{best} has the lowest mean)"
+            )
+        elif all(by[best][2] < by[s][1] for s in others):
+            lines.append(f"Fastest strategy at {workers} GPUs: {best}")
+        else:
+            lines.append(
+                f"Fastest strategy at {workers} GPUs: within noise ({best} has the lowest "
+                "mean, but the 95 % intervals overlap)"
+            )
+    return lines
+
+
+def run_groups(run_means: pd.DataFrame) -> dict[tuple[str, int], np.ndarray]:
+    """Per (strategy, workers): the runs' mean epoch times."""
+    out: dict[tuple[str, int], list[float]] = {}
+    for s, w, t in zip(
+        run_means["strategy"], run_means["workers"], run_means["avg_epoch_time_s"], strict=True
+    ):
+        out.setdefault((str(s), int(w)), []).append(float(t))
+    return {k: np.array(v) for k, v in out.items()}
