@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 
@@ -345,7 +345,7 @@ CASES = [
     Case("text-file-as-db", R("good", store="sqlite:///{own}/notes.db"), 1),
     Case(
         "old-schema-read-as-is",
-        R("good", store="sqlite:///{own}/old-schema.db"),
+        R("good", "--format", "json", store="sqlite:///{own}/old-schema.db"),
         0,
         sane_numbers,
     ),
@@ -547,7 +547,7 @@ def test_bad_input(
     args = [a.format(**values) for a in case.args]
     before = _snapshot(stores.root, own)
     inputs_before = _snapshot(work / "inputs")
-    result = CliRunner().invoke(main, args, env=ENV)
+    result = cli_runner().invoke(main, args, env=ENV)
     out, err = result.stdout, result.stderr
 
     assert result.exit_code == case.code, (out[-500:], err)

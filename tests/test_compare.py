@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.compare import compare, regressions, render_comparison, side_from_dict
@@ -131,7 +131,7 @@ def test_malformed_reports() -> None:
 
 
 def _invoke(*args: str) -> Any:
-    return CliRunner().invoke(main, list(args))
+    return cli_runner().invoke(main, list(args))
 
 
 def _save_base(uri: str, root: Path) -> Path:

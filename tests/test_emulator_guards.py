@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 
@@ -25,7 +25,7 @@ def _listing(root: Path) -> dict[str, str]:
 
 
 def _invoke(*args: str) -> tuple[int, str]:
-    res = CliRunner().invoke(main, ["emulate", *args])
+    res = cli_runner().invoke(main, ["emulate", *args])
     return res.exit_code, res.stderr
 
 
@@ -160,7 +160,7 @@ def test_unreachable_target_fails_fast_and_masked(scheme: str) -> None:
 def test_summary_masks_the_password(mlflow_server: tuple[str, str]) -> None:
     url, _ = mlflow_server
     secret = url.replace("http://", "http://alice:s3cret@")
-    res = CliRunner().invoke(main, ["emulate", *TINY, "--experiment-name", "masked",
+    res = cli_runner().invoke(main, ["emulate", *TINY, "--experiment-name", "masked",
                                     "--tracking-uri", secret])  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "s3cret" not in res.stdout + res.stderr

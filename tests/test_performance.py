@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from conftest import cli_runner
 
 from itwin_report.errors import DataError
 from itwin_report.performance import merge_files, merge_records, read_record
@@ -98,7 +99,6 @@ HOSTILE = {
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_merge_performance_rejects_hostile_files_in_one_line(case: str, tmp_path: Path) -> None:
-    from click.testing import CliRunner
 
     from itwin_report.cli import main
 
@@ -106,7 +106,7 @@ def test_merge_performance_rejects_hostile_files_in_one_line(case: str, tmp_path
     good.write_text(json.dumps(rec(10, 1)))
     bad.write_text(HOSTILE[case])
     out = tmp_path / "merged.json"
-    result = CliRunner().invoke(main, ["merge-performance", str(good), str(bad), "-o", str(out)])
+    result = cli_runner().invoke(main, ["merge-performance", str(good), str(bad), "-o", str(out)])
     assert result.exit_code == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and f"{case}.json" in lines[0]
@@ -114,14 +114,13 @@ def test_merge_performance_rejects_hostile_files_in_one_line(case: str, tmp_path
 
 
 def test_merged_output_is_strict_json_with_null_for_unknown(tmp_path: Path) -> None:
-    from click.testing import CliRunner
 
     from itwin_report.cli import main
 
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(json.dumps(rec(100, 4) | {"est_samples_per_sec": None, "ordinals": [0]}))
     b.write_text(json.dumps(rec(300, 5) | {"est_samples_per_sec": None}))
-    result = CliRunner().invoke(main, ["merge-performance", str(a), str(b)])
+    result = cli_runner().invoke(main, ["merge-performance", str(a), str(b)])
     assert result.exit_code == 0, result.output
 
     def refuse(name: str) -> None:

@@ -8,7 +8,7 @@ import math
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 from test_report_builders import make_data, metric, profile, run
 
 from itwin_report.cli import main
@@ -70,7 +70,7 @@ def itwinai_store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _report(uri: str, *args: str) -> dict:
-    result = CliRunner().invoke(
+    result = cli_runner().invoke(
         main,
         ["generate-scalability-report", "--tracking-uri", uri, "-e", "itwinai", "--format",
          "json", "--no-plots", "-q", *args],

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.report.scaling_mode import decide, weak_efficiency
@@ -90,7 +90,7 @@ def _weak_store(uri: str) -> None:
 
 def _report(uri: str, *extra: str) -> Any:
     args = ["generate-scalability-report", "-e", "weak", "--tracking-uri", uri]
-    result = CliRunner().invoke(main, [*args, "--format", "json", "--no-plots", "-q", *extra])
+    result = cli_runner().invoke(main, [*args, "--format", "json", "--no-plots", "-q", *extra])
     assert result.exit_code == 0, result.output
     return json.loads(result.stdout)
 
@@ -117,7 +117,7 @@ def test_weak_scaling_through_the_command(tmp_path: Path) -> None:
 
 
 def test_predict_option_validation() -> None:
-    result = CliRunner().invoke(main, ["generate-scalability-report", "--predict", "64,x"])
+    result = cli_runner().invoke(main, ["generate-scalability-report", "--predict", "64,x"])
     assert result.exit_code == 2
     assert "expected positive worker counts" in result.stderr
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.emulator import model
@@ -146,7 +146,7 @@ def test_predict_through_the_command(analysis_store: tuple[str, Path], tmp_path:
     uri, _ = analysis_store
     plots = tmp_path / "plots"
     args = ["generate-scalability-report", "-e", "base", "--tracking-uri", uri, "-q"]
-    result = CliRunner().invoke(
+    result = cli_runner().invoke(
         main, [*args, "--format", "json", "--predict", "128,64", "--plot-dir", str(plots)]
     )
     assert result.exit_code == 0, result.output

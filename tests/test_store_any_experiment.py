@@ -7,7 +7,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.emulator import mlflow_writer
@@ -118,7 +118,7 @@ def test_cli_options(plain: tuple[str, str, Any]) -> None:
     args = ["generate-scalability-report", "--tracking-uri", plain[0], "-e", "plain"]
     args += ["--strategy-param", "backend", "--workers-param", "world_size"]
     args += ["--warmup-epochs", "0", "--format", "json", "--no-plots", "-q"]
-    result = CliRunner().invoke(main, args)
+    result = cli_runner().invoke(main, args)
     assert result.exit_code == 0, result.stderr
     rows = json.loads(result.stdout)["epoch_time"]
     assert sorted((r["strategy"], r["workers"]) for r in rows) == [

@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.errors import StoreError
@@ -137,7 +137,7 @@ def test_server_that_answers_once_then_fails(quick_http: None) -> None:
 
 def test_failures_through_the_cli_are_one_line(quick_http: None) -> None:
     with FaultServer(good=1, then="fail") as server:
-        result = CliRunner().invoke(
+        result = cli_runner().invoke(
             main, ["generate-scalability-report", "--tracking-uri", server.url, "--no-plots"]
         )
     assert result.exit_code == 1
@@ -149,7 +149,7 @@ def test_failures_through_the_cli_are_one_line(quick_http: None) -> None:
 
 @pytest.mark.parametrize("uri", ["ftp://user:pw@host/x", "s3://bucket/mlruns", "gopher://h"])
 def test_unknown_scheme_is_one_line(uri: str) -> None:
-    result = CliRunner().invoke(main, ["generate-scalability-report", "--tracking-uri", uri])
+    result = cli_runner().invoke(main, ["generate-scalability-report", "--tracking-uri", uri])
     assert result.exit_code == 1
     scheme = uri.split(":", 1)[0]
     assert result.stderr.startswith(f"Error: unsupported tracking URI scheme '{scheme}' in ")

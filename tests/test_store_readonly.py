@@ -12,7 +12,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.errors import StoreError
@@ -154,7 +154,7 @@ def test_store_in_a_read_only_directory(read_only_dir: Path, reference: Any) -> 
 
 
 def _report(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, ["generate-scalability-report", *args])
+    result = cli_runner().invoke(main, ["generate-scalability-report", *args])
     return result.exit_code, result.stdout, result.stderr
 
 

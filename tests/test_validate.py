@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 from test_report_builders import make_data, metric, perf, profile, run
 
 from itwin_report.cli import main
@@ -71,7 +71,7 @@ def hostile(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def _report_json(uri: str, *args: str) -> tuple[dict, Any]:
-    result = CliRunner().invoke(
+    result = cli_runner().invoke(
         main,
         ["generate-scalability-report", "--tracking-uri", uri, "-e", "hostile", "--format",
          "json", "--no-plots", "-q", *args],
@@ -154,7 +154,7 @@ def test_per_strategy_baseline_keeps_each_strategys_own_base(hostile: str) -> No
                "--samples-per-epoch=nan", "--samples-per-epoch=0", "--baseline=best"]
 )  # fmt: skip
 def test_non_finite_options_are_bad_usage(option: str, tmp_path: Path) -> None:
-    result = CliRunner().invoke(
+    result = cli_runner().invoke(
         main, ["generate-scalability-report", "--tracking-uri", str(tmp_path / "none"), option]
     )
     assert result.exit_code == 2

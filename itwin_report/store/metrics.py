@@ -45,14 +45,8 @@ def system_gpu_points(metrics: pd.DataFrame, ranks: pd.Series) -> pd.DataFrame:
 
 
 def _strings(codes: np.ndarray, categories: pd.Index) -> pd.Series:
-    """``categories[codes]`` as the schema's ``str`` column, built in Arrow when it can be."""
-    try:
-        import pyarrow as pa
-    except ImportError:
-        return pd.Series(np.asarray(categories, dtype=object)[codes]).astype("str")
-    values = pa.array(list(map(str, categories)), pa.large_string())
-    taken = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32)), values)
-    return pd.Series(pd.array(taken.cast(pa.large_string()), dtype="str"))
+    """``categories[codes]`` as the schema's ``str`` column."""
+    return pd.Series(np.asarray(categories, dtype=object)[codes]).astype("str")
 
 
 def tidy_metrics(metrics: pd.DataFrame, workers: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
