@@ -172,10 +172,27 @@ def download_artifact(uri: str, artifact_uri: str, path: str, dst: str) -> Path 
             artifact_uri=f"{artifact_uri.rstrip('/')}/{path}", dst_path=dst, tracking_uri=uri
         )
     except (MlflowException, OSError) as exc:
-        if _is_missing(exc):
+        if _is_missing(exc) or not _listed(uri, artifact_uri, path):
             return None
         raise _translate(uri, f"download {path}", exc) from exc
     return Path(local)
+
+
+def _listed(uri: str, artifact_uri: str, path: str) -> bool:
+    """True unless listing the artifact's folder shows it absent.
+
+    MLflow 2.x servers answer a download of a missing file with HTTP 500, not 404.
+    """
+    from mlflow.artifacts import list_artifacts
+
+    folder, _, _name = path.rpartition("/")
+    try:
+        listed = list_artifacts(
+            artifact_uri=f"{artifact_uri.rstrip('/')}/{folder}".rstrip("/"), tracking_uri=uri
+        )
+    except (MlflowException, OSError):
+        return True  # cannot tell: keep the download's own error
+    return any(info.path.endswith(path) or info.path == _name for info in listed)
 
 
 def _is_missing(exc: Exception) -> bool:
