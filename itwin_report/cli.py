@@ -240,14 +240,14 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 def _save_plots(report: Any, plot_dir: Path, plot_format: str, quiet: bool) -> None:
-    from itwin_report.plots import make_figures, save_figures
+    from itwin_report.plots import plot_report, save_figures
 
-    try:
-        paths = save_figures(make_figures(report), plot_dir, plot_format)
-    except OSError as exc:
-        raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror}") from None
+    plots = plot_report(report)
+    paths = save_figures(plots.figures, plot_dir, plot_format)
     if not quiet:
-        click.echo(f"Wrote {len(paths)} plots to {plot_dir}/ ({plot_format})", err=True)
+        missing = "; ".join(f"{name}: {why}" for name, why in plots.missing.items())
+        tail = f"; not drawn: {missing}" if missing else ""
+        click.echo(f"Wrote {len(paths)} plots to {plot_dir}/ ({plot_format}){tail}", err=True)
 
 
 @main.command("merge-performance")
