@@ -11,6 +11,7 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -116,16 +117,23 @@ def _styled(fmt: str, output: Path | None) -> bool:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(FORMATS),
+    type=click.Choice((*FORMATS, "html")),
     default="table",
     show_default=True,
-    help="Output format.",
+    help="Output format (html: one self-contained page with inline plots).",
 )
 @click.option(
     "--output",
     "-o",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the report to FILE instead of stdout.",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help="Also write the report as a self-contained HTML page to PATH.",
 )
 @click.option(
     "--plot-dir",
@@ -174,6 +182,7 @@ def generate_scalability_report(
     warmup_epochs: int,
     fmt: str,
     output: Path | None,
+    html_path: Path | None,
     plot_dir: Path,
     plot_format: str,
     no_plots: bool,
@@ -197,6 +206,8 @@ def generate_scalability_report(
       itwin-report generate-scalability-report -e my-exp --tracking-uri http://127.0.0.1:5000
       itwin-report generate-scalability-report -e my-exp --format markdown >> "$GITHUB_STEP_SUMMARY"
       itwin-report generate-scalability-report -e my-exp --fail-under-efficiency 0.7 --no-plots
+      itwin-report generate-scalability-report -e my-exp --format html -o report.html
+      itwin-report generate-scalability-report -e my-exp --html report.html --no-plots
     """
     from itwin_report import store
     from itwin_report.render import render
@@ -214,8 +225,13 @@ def generate_scalability_report(
     report = build_report(
         data, warmup_epochs=warmup_epochs, rate_config=rate, throughput_source=throughput_source
     )
-    text = render(report, fmt, styled=_styled(fmt, output))
+    page = None
+    if fmt == "html" or html_path is not None:
+        page = _html_page(report, data)
+    text = page if fmt == "html" and page else render(report, fmt, styled=_styled(fmt, output))
     _emit(text, output)
+    if html_path is not None and page is not None:
+        _emit(page, html_path)
     if not no_plots:
         _save_plots(report, plot_dir, plot_format, quiet)
     if fail_under_efficiency is not None:
@@ -237,6 +253,15 @@ def _emit(text: str, output: Path | None) -> None:
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
         raise ReportError(f"cannot write {output}: {exc.strerror}") from None
+
+
+def _html_page(report: Any, data: Any) -> str:
+    from datetime import datetime
+
+    from itwin_report.html import page_context, page_plots, render_html
+
+    context = page_context(data, __version__, datetime.now(UTC))
+    return render_html(report, context, page_plots(report))
 
 
 def _save_plots(report: Any, plot_dir: Path, plot_format: str, quiet: bool) -> None:

@@ -1,0 +1,287 @@
+"""The report as one self-contained HTML page: title, summary, tables with their plots, methods.
+
+Offline by construction: plots are inline SVG, the style sheet is inline, there is no script,
+and a Content-Security-Policy allows nothing to load. Every value from the store passes through
+:func:`text` (masked, then HTML-escaped); matplotlib escapes the text inside the SVG.
+
+Light module: standard library only at import; plotting happens in :func:`page_plots`.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from datetime import datetime
+from html import escape
+from typing import TYPE_CHECKING
+
+from itwin_report.masking import mask_text, mask_uri
+from itwin_report.render import COLUMNS, EMPTY, HEADINGS, TABLE_NAMES, cells, evidence_lines
+
+if TYPE_CHECKING:
+    from itwin_report.report import Report
+    from itwin_report.schema import RunData
+
+CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
+# table -> the figures drawn from it, in page order
+TABLE_FIGURES: dict[str, tuple[str, ...]] = {
+    "epoch_time": ("epoch_time", "speedup", "efficiency"),
+    "gpu": ("gpu_energy", "gpu_utilization"),
+    "computation": ("computation",),
+    "throughput": ("throughput", "rates"),
+}
+WIDE_TABLE = 8  # tables with more columns than this sit above their plots, not beside them
+_SKIPPED = re.compile(r"^skipped (\d+) ")
+
+
+@dataclass(frozen=True)
+class PageContext:
+    """What the page states besides the tables; the clock is read by the caller."""
+
+    version: str
+    generated_at: datetime
+    worker_runs: int = 0
+    jobs: int = 0
+    skipped: int = 0
+
+
+@dataclass
+class PagePlots:
+    """Inline SVG per figure name, and why the missing figures are missing."""
+
+    svg: dict[str, str] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def text(value: object) -> str:
+    """A value as HTML text: secrets masked, markup escaped (quotes too: safe in attributes)."""
+    return escape(mask_text(str(value)), quote=True)
+
+
+def page_context(data: RunData, version: str, generated_at: datetime) -> PageContext:
+    """Counts for the title block: worker runs and jobs read, runs the loader skipped."""
+    runs = data.runs
+    skipped = 0
+    for warning in data.warnings:
+        if warning.startswith("skipped "):
+            match = _SKIPPED.match(warning)
+            skipped += int(match.group(1)) if match else 1
+    return PageContext(
+        version=version,
+        generated_at=generated_at,
+        worker_runs=len(runs),
+        jobs=int(runs["job_id"].nunique()) if len(runs) else 0,
+        skipped=skipped,
+    )
+
+
+def page_plots(report: Report) -> PagePlots:
+    """Every figure of ``report`` as inline SVG (figures are cleared once drawn)."""
+    from itwin_report.plots import figure_svg, plot_report
+
+    plots = plot_report(report)
+    out = PagePlots(missing=dict(plots.missing))
+    for name, fig in plots.figures.items():
+        out.svg[name] = figure_svg(fig, name)
+        fig.clear()
+    return out
+
+
+def render_html(report: Report, context: PageContext, plots: PagePlots | None = None) -> str:
+    """The whole page as a string."""
+    from itwin_report.summary import summary_sentences
+
+    plots = plots or PagePlots()
+    title = f"Scalability report: {report.experiment}"
+    by_table, general = _warnings_by_table(report.warnings)
+    parts = [
+        "<!DOCTYPE html>",
+        '<html lang="en">',
+        "<head>",
+        '<meta charset="utf-8">',
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+        '<meta name="viewport" content="width=device-width, initial-scale=1">',
+        '<meta name="referrer" content="no-referrer">',
+        f"<title>{text(title)}</title>",
+        f"<style>{STYLE}</style>",
+        "</head>",
+        "<body>",
+        "<main>",
+        _title_block(report, context, title),
+        _list_section("summary", "Summary", summary_sentences(report)),
+    ]
+    if general:
+        parts.append(_list_section("warnings", "Warnings while reading", general, warn=True))
+    for name in TABLE_NAMES:
+        parts.append(_table_section(report, name, plots, by_table.get(name, [])))
+    parts += [_methods(report), "</main>", "</body>", "</html>", ""]
+    return "\n".join(parts)
+
+
+def _title_block(report: Report, context: PageContext, title: str) -> str:
+    skipped = f"{context.skipped} (see warnings)" if context.skipped else "none"
+    rows = [
+        ("Experiment", text(report.experiment)),
+        ("Tracking store", f"<code>{text(mask_uri(report.tracking_uri))}</code>"),
+        ("Runs read", f"{context.worker_runs} worker runs in {context.jobs} jobs"),
+        ("Runs skipped", skipped),
+        ("Tool", f"itwin-report {text(context.version)}"),
+        ("Generated", text(context.generated_at.isoformat(timespec="seconds"))),
+    ]
+    items = "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in rows)
+    return f'<header>\n<h1>{text(title)}</h1>\n<dl class="meta">{items}</dl>\n</header>'
+
+
+def _list_section(ident: str, heading: str, lines: list[str], warn: bool = False) -> str:
+    cls = ' class="warnings"' if warn else ""
+    items = "\n".join(f"<li>{text(line)}</li>" for line in lines)
+    return f'<section id="{ident}">\n<h2>{heading}</h2>\n<ul{cls}>\n{items}\n</ul>\n</section>'
+
+
+def _table_section(report: Report, name: str, plots: PagePlots, warnings: list[str]) -> str:
+    headers, rows, right = cells(report, name)
+    if rows:
+        table = _table(name, headers, rows, right)
+    else:
+        table = f'<p class="empty">{text(EMPTY[name])}</p>'
+    notes = []
+    if name == "throughput" and rows:
+        notes.append(_notes("Input-bottleneck evidence", evidence_lines(report)))
+    if warnings:
+        notes.append(_notes("Warnings", warnings, warn=True))
+    figures = []
+    for fig in TABLE_FIGURES[name]:
+        if fig in plots.svg:
+            figures.append(f'<figure class="plot" id="plot-{fig}">{plots.svg[fig]}</figure>')
+        elif fig in plots.missing:
+            why = text(plots.missing[fig])
+            figures.append(f'<p class="missing">Plot {fig.replace("_", " ")} not drawn: {why}.</p>')
+    layout = "stack" if len(headers) > WIDE_TABLE else "pair"
+    return (
+        f'<section class="table-section {layout}" id="{name}">\n'
+        f"<h2>{text(HEADINGS[name])}</h2>\n"
+        f'<div class="data">\n{table}\n{"".join(notes)}\n</div>\n'
+        f'<div class="plots">\n{chr(10).join(figures)}\n</div>\n'
+        "</section>"
+    )
+
+
+def _table(name: str, headers: list[str], rows: list[list[str]], right: list[bool]) -> str:
+    def cell(tag: str, value: str, r: bool) -> str:
+        return f'<{tag} class="num">{text(value)}</{tag}>' if r else f"<{tag}>{text(value)}</{tag}>"
+
+    head = "".join(cell("th", h, r) for h, r in zip(headers, right, strict=True))
+    body = "\n".join(
+        "<tr>" + "".join(cell("td", v, r) for v, r in zip(row, right, strict=True)) + "</tr>"
+        for row in rows
+    )
+    return (
+        f'<table id="table-{name}">\n<thead><tr>{head}</tr></thead>\n'
+        f"<tbody>\n{body}\n</tbody>\n</table>"
+    )
+
+
+def _notes(heading: str, lines: list[str], warn: bool = False) -> str:
+    cls = "warnings" if warn else "notes"
+    items = "".join(f"<li>{text(line)}</li>" for line in lines)
+    return f'<div class="{cls}"><h3>{heading}</h3><ul>{items}</ul></div>'
+
+
+# warning text -> the table it belongs to (first match wins); the rest are the loader's
+_WARNING_TABLES = (
+    ("computation", re.compile(r"profil", re.IGNORECASE)),
+    ("gpu", re.compile(r"\bGPU|power|utili[sz]ation|probing", re.IGNORECASE)),
+    ("throughput", re.compile(r"throughput|\brate\b|performance\.json|samples", re.IGNORECASE)),
+    ("epoch_time", re.compile(r"epoch", re.IGNORECASE)),
+)
+
+
+def _warnings_by_table(warnings: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    by_table: dict[str, list[str]] = {}
+    general = []
+    for warning in warnings:
+        if warning.startswith("skipped "):
+            general.append(warning)
+            continue
+        table = next((t for t, pattern in _WARNING_TABLES if pattern.search(warning)), None)
+        if table is None:
+            general.append(warning)
+        else:
+            by_table.setdefault(table, []).append(warning)
+    return by_table, general
+
+
+def _methods(report: Report) -> str:
+    from itwin_report.summary import COLUMN_NOTES, methods_paragraphs
+
+    parts = [f"<p>{text(p)}</p>" for p in methods_paragraphs(report)]
+    parts.append("<h3>Columns</h3>")
+    for name in TABLE_NAMES:
+        items = "".join(
+            f"<dt>{text(header)}</dt><dd>{text(COLUMN_NOTES.get(col, ''))}</dd>"
+            for col, header, _, _ in COLUMNS[name]
+        )
+        parts.append(f'<h4>{text(HEADINGS[name])}</h4>\n<dl class="columns">{items}</dl>')
+    body = "\n".join(parts)
+    return f'<section id="methods">\n<h2>Methods</h2>\n{body}\n</section>'
+
+
+STYLE = """
+:root { color-scheme: light; --ink: #1b1f24; --muted: #57606a; --line: #d0d7de; --warn: #7a4d00; }
+* { box-sizing: border-box; }
+body { margin: 0; font: 15px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif;
+  color: var(--ink); background: #fff; }
+main { max-width: 1240px; margin: 0 auto; padding: 24px 20px 48px; }
+h1 { font-size: 1.6rem; margin: 0 0 .6rem; overflow-wrap: anywhere; }
+h2 { font-size: 1.25rem; margin: 0 0 .6rem; padding-bottom: .2rem;
+  border-bottom: 1px solid var(--line); }
+h3 { font-size: .95rem; margin: .8rem 0 .3rem; }
+section { margin: 28px 0; }
+dl.meta { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 2px 16px;
+  margin: 0; }
+dl.meta dt { color: var(--muted); }
+dl.meta dd { margin: 0; overflow-wrap: anywhere; }
+code { font: .9em ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
+.table-section.pair { display: grid; grid-template-columns: minmax(0, 1.15fr) minmax(0, 1fr);
+  gap: 8px 24px; align-items: start; }
+.table-section.pair > h2 { grid-column: 1 / -1; }
+.table-section.stack .plots { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr);
+  gap: 8px 24px; margin-top: 12px; }
+.data { overflow-x: auto; }
+table { border-collapse: collapse; width: 100%; font-size: .84rem; }
+th, td { padding: 3px 5px; border-bottom: 1px solid var(--line); text-align: left;
+  vertical-align: top; overflow-wrap: anywhere; }
+th { background: #f6f8fa; font-weight: 600; vertical-align: bottom; overflow-wrap: normal; }
+th:first-child, td:first-child { min-width: 6.5em; }
+.num { text-align: right; font-variant-numeric: tabular-nums; }
+td.num { white-space: nowrap; }
+tbody tr:nth-child(even) { background: #fbfcfd; }
+figure.plot { margin: 0 0 12px; }
+figure.plot svg { width: 100%; height: auto; display: block; }
+.missing, .empty { color: var(--muted); font-style: italic; }
+.warnings { color: var(--warn); }
+ul { padding-left: 1.2rem; margin: .3rem 0; }
+li { overflow-wrap: anywhere; }
+#summary li { margin: .2rem 0; }
+#methods p { max-width: 80ch; }
+h4 { font-size: .9rem; margin: .7rem 0 .2rem; }
+dl.columns { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap: 1px 14px;
+  margin: 0; font-size: .88rem; }
+dl.columns dt { font-weight: 600; }
+dl.columns dd { margin: 0; color: var(--muted); }
+@page { size: A4; margin: 14mm; }
+@media print {
+  body { font-size: 10pt; }
+  main { max-width: none; padding: 0; }
+  section { break-inside: avoid; page-break-inside: avoid; margin: 0 0 8mm; }
+  .table-section.pair, .table-section.stack { display: block; }
+  .table-section .plots { display: grid; grid-template-columns: 1fr 1fr; gap: 4mm;
+    margin-top: 4mm; }
+  figure.plot { break-inside: avoid; }
+  h2 { break-after: avoid; }
+  #methods { break-inside: auto; }
+}
+@media (max-width: 900px) {
+  .table-section.pair, .table-section.stack .plots { display: block; }
+}
+"""
