@@ -145,3 +145,27 @@ def test_hostile_names_stay_text(
         assert name in cells
     colours, inked = screenshot_stats(chromium, page, tmp_path / "hostile.png")
     assert colours > 10 and inked > 0.02
+
+
+PROBE = (
+    "<script>addEventListener('load', () => { document.title = 'scroll-width=' + "
+    "document.documentElement.scrollWidth; });</script>"
+)
+
+
+@pytest.mark.parametrize("which", ["demo", "hostile"])
+def test_no_horizontal_scrolling_at_1280px(
+    chromium: str, demo_page: Path, hostile_pages: tuple[Path, Path], which: str, tmp_path: Path
+) -> None:
+    # a copy of the page with a probe script (and so without the CSP) reports its width
+    source = (demo_page if which == "demo" else hostile_pages[1]).read_text(encoding="utf-8")
+    source = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", source)
+    probe = tmp_path / "probe.html"
+    probe.write_text(source.replace("</body>", PROBE + "</body>"), encoding="utf-8")
+    built = Page(
+        browse(
+            chromium, probe, "--window-size=1280,900", "--virtual-time-budget=5000", "--dump-dom"
+        ).stdout
+    )
+    assert built.title.startswith("scroll-width=")
+    assert int(built.title.split("=")[1]) <= 1280
