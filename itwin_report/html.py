@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from itwin_report.schema import RunData
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
-# table -> the figures drawn from it, in page order
+# table -> the figures drawn from it, in page order (the first sits beside its table)
 TABLE_FIGURES: dict[str, tuple[str, ...]] = {
     "epoch_time": ("epoch_time", "speedup", "efficiency"),
     "gpu": ("gpu_energy", "gpu_utilization"),
@@ -242,9 +242,10 @@ dl.meta { display: grid; grid-template-columns: max-content minmax(0, 1fr); gap:
 dl.meta dt { color: var(--muted); }
 dl.meta dd { margin: 0; overflow-wrap: anywhere; }
 code { font: .9em ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
-.table-section.pair { display: grid; grid-template-columns: minmax(0, 1.15fr) minmax(0, 1fr);
+.table-section.pair { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr);
   gap: 8px 24px; align-items: start; }
-.table-section.pair > h2 { grid-column: 1 / -1; }
+.table-section.pair > h2, .table-section.pair .missing { grid-column: 1 / -1; }
+.table-section.pair .plots { display: contents; }
 .table-section.stack .plots { display: grid; grid-template-columns: minmax(0, 1fr) minmax(0, 1fr);
   gap: 8px 24px; margin-top: 12px; }
 .data { overflow-x: auto; }
@@ -275,13 +276,13 @@ dl.columns dd { margin: 0; color: var(--muted); }
   main { max-width: none; padding: 0; }
   section { break-inside: avoid; page-break-inside: avoid; margin: 0 0 8mm; }
   .table-section.pair, .table-section.stack { display: block; }
-  .table-section .plots { display: grid; grid-template-columns: 1fr 1fr; gap: 4mm;
-    margin-top: 4mm; }
+  .table-section .plots, .table-section.pair .plots { display: grid;
+    grid-template-columns: 1fr 1fr; gap: 4mm; margin-top: 4mm; }
   figure.plot { break-inside: avoid; }
   h2 { break-after: avoid; }
   #methods { break-inside: auto; }
 }
 @media (max-width: 900px) {
-  .table-section.pair, .table-section.stack .plots { display: block; }
+  .table-section.pair, .table-section.stack .plots, .table-section.pair .plots { display: block; }
 }
 """

@@ -351,3 +351,16 @@ def test_cli_format_html_and_not_drawn_message(scaling_sqlite: tuple[str, dict],
         "--html", str(tmp_path / "missing-dir" / "p.html"),
     )  # fmt: skip
     assert code == 1 and stderr.startswith("Error: cannot write") and "Traceback" not in stderr
+
+
+def test_page_modules_stay_light() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, itwin_report.html, itwin_report.plots, itwin_report.summary\n"
+        "heavy = ('mlflow', 'pandas', 'matplotlib', 'numpy')\n"
+        "print(','.join(m for m in heavy if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""
