@@ -10,7 +10,7 @@ DEMO_TRUTH := mllogs/$(DEMO_EXPERIMENT)-truth.json
 .PHONY: install demo test test-browser lint bench clean-demo help
 
 help:
-	@echo "make demo        emulate sample runs into mllogs/mlflow.db, print the report, write plots/"
+	@echo "make demo        emulate sample runs into mllogs/mlflow.db, print the report, write plots/ and report.html"
 	@echo "make test        install (if needed) and run the test suite"
 	@echo "make test-browser  the HTML page in headless Chromium (installs Debian's chromium if missing)"
 	@echo "make lint        ruff (lint + format check) and mypy"
