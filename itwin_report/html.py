@@ -273,6 +273,8 @@ dl.columns dd { margin: 0; color: var(--muted); }
 @page { size: A4; margin: 14mm; }
 @media print {
   body { font-size: 10pt; }
+  table { font-size: 7.5pt; }
+  th, td { padding: 2px 3px; }
   main { max-width: none; padding: 0; }
   section { break-inside: avoid; page-break-inside: avoid; margin: 0 0 8mm; }
   .table-section.pair, .table-section.stack { display: block; }
@@ -282,7 +284,7 @@ dl.columns dd { margin: 0; color: var(--muted); }
   h2 { break-after: avoid; }
   #methods { break-inside: auto; }
 }
-@media (max-width: 900px) {
+@media screen and (max-width: 900px) {
   .table-section.pair, .table-section.stack .plots, .table-section.pair .plots { display: block; }
 }
 """
