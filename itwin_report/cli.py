@@ -11,7 +11,6 @@ import os
 import sys
 import traceback
 from collections.abc import Sequence
-from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -256,11 +255,9 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 def _html_page(report: Any, data: Any) -> str:
-    from datetime import datetime
+    from itwin_report.html import page_context, page_plots, page_time, render_html
 
-    from itwin_report.html import page_context, page_plots, render_html
-
-    context = page_context(data, __version__, datetime.now(UTC))
+    context = page_context(data, __version__, page_time(os.environ))
     return render_html(report, context, page_plots(report))
 
 

@@ -10,8 +10,9 @@ Light module: standard library only at import; plotting happens in :func:`page_p
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING
 
@@ -56,6 +57,14 @@ class PagePlots:
 def text(value: object) -> str:
     """A value as HTML text: secrets masked, markup escaped (quotes too: safe in attributes)."""
     return escape(mask_text(str(value)), quote=True)
+
+
+def page_time(environ: Mapping[str, str]) -> datetime:
+    """The page's date: ``SOURCE_DATE_EPOCH`` when set (reproducible pages), else now, in UTC."""
+    epoch = environ.get("SOURCE_DATE_EPOCH", "").strip()
+    if epoch.isdigit():
+        return datetime.fromtimestamp(int(epoch), tz=UTC)
+    return datetime.now(UTC)
 
 
 def page_context(data: RunData, version: str, generated_at: datetime) -> PageContext:

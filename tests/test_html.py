@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from test_report_builders import make_data, metric, profile, run
 
 from itwin_report.cli import main
-from itwin_report.html import PageContext, page_context, page_plots, render_html
+from itwin_report.html import PageContext, page_context, page_plots, page_time, render_html
 from itwin_report.render import COLUMNS
 from itwin_report.report import build_report
 
@@ -364,3 +364,9 @@ def test_page_modules_stay_light() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == ""
+
+
+def test_page_date_is_injected() -> None:
+    assert page_time({"SOURCE_DATE_EPOCH": "86400"}) == datetime(1970, 1, 2, tzinfo=UTC)
+    before = datetime.now(UTC)
+    assert before <= page_time({"SOURCE_DATE_EPOCH": "soon"}) <= datetime.now(UTC)
