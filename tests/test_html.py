@@ -332,6 +332,8 @@ def test_missing_plots_are_stated(tmp_path: Path) -> None:
     assert "Plot gpu energy not drawn: no GPU metrics." in text
     assert "Plot rates not drawn: no Rate/GlobalRate metrics." in text
     assert "No GPU data found." in text
+    # same report, same date: the same bytes (SVG ids and metadata carry no randomness or clock)
+    assert render_html(rep, PageContext("1", WHEN), page_plots(rep)) == html
 
 
 def test_cli_format_html_and_not_drawn_message(scaling_sqlite: tuple[str, dict], tmp_path: Path):
