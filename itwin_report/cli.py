@@ -18,7 +18,7 @@ import click
 
 from itwin_report import __version__
 from itwin_report.emulator.command import emulate_command
-from itwin_report.errors import EXIT_ERROR, GateFailed, ReportError
+from itwin_report.errors import EXIT_ERROR, EXIT_USAGE, GateFailed, ReportError
 from itwin_report.render import FORMATS
 
 DEBUG_ENV = "ITWIN_REPORT_DEBUG"
@@ -173,6 +173,20 @@ def _styled(fmt: str, output: Path | None) -> bool:
     metavar="STRATEGY:WORKERS",
     help="Configuration for the Rate/GlobalRate plot (default: first strategy, fewest workers).",
 )
+@click.option(
+    "--strategy-param",
+    default="strategy",
+    show_default=True,
+    metavar="NAME",
+    help="Run param that names the strategy of a configuration.",
+)
+@click.option(
+    "--workers-param",
+    default="global_world_size",
+    show_default=True,
+    metavar="NAME",
+    help="Run param that holds the number of workers of a configuration.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress or plot messages on stderr.")
 def generate_scalability_report(
     experiment_name: str | None,
@@ -189,6 +203,8 @@ def generate_scalability_report(
     include_unfinished: bool,
     throughput_source: str,
     rate_config: str | None,
+    strategy_param: str,
+    workers_param: str,
     quiet: bool,
 ) -> None:
     """Read the runs of an experiment and print the scalability report.
@@ -205,6 +221,8 @@ def generate_scalability_report(
       itwin-report generate-scalability-report -e my-exp --tracking-uri http://127.0.0.1:5000
       itwin-report generate-scalability-report -e my-exp --format markdown >> "$GITHUB_STEP_SUMMARY"
       itwin-report generate-scalability-report -e my-exp --fail-under-efficiency 0.7 --no-plots
+      itwin-report generate-scalability-report -e my-exp --strategy-param backend \
+        --workers-param world_size
       itwin-report generate-scalability-report -e my-exp --format html -o report.html
       itwin-report generate-scalability-report -e my-exp --html report.html --no-plots
     """
@@ -214,12 +232,18 @@ def generate_scalability_report(
 
     rate = _parse_rate_config(rate_config)
     uri = store.resolve_tracking_uri(tracking_uri)
+    outputs = {"--output": output, "--plot-dir": None if no_plots else plot_dir}
+    conflict = store.check_outputs(uri, outputs)
+    if conflict:
+        raise _Failure(conflict, EXIT_USAGE)
     data = store.load_experiment(
         uri,
         experiment_name,
         _split_names(run_names),
         include_unfinished=include_unfinished,
         show_progress=not quiet,
+        strategy_param=strategy_param,
+        workers_param=workers_param,
     )
     report = build_report(
         data, warmup_epochs=warmup_epochs, rate_config=rate, throughput_source=throughput_source

@@ -17,9 +17,11 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from itwin_report.masking import mask_text, mask_uri
-from itwin_report.render import COLUMNS, EMPTY, HEADINGS, TABLE_NAMES, cells, evidence_lines
+from itwin_report.render.safe import terminal
 
 if TYPE_CHECKING:
+    from itwin_report.render.layout import Table as TableBlock
+    from itwin_report.render.layout import Title as TitleBlock
     from itwin_report.report import Report
     from itwin_report.schema import RunData
 
@@ -55,8 +57,9 @@ class PagePlots:
 
 
 def text(value: object) -> str:
-    """A value as HTML text: secrets masked, markup escaped (quotes too: safe in attributes)."""
-    return escape(mask_text(str(value)), quote=True)
+    """A value as HTML text: secrets masked, control and bidi characters shown as escapes
+    (``\\x1b``, ``\\u202e``), markup escaped (quotes too: safe in attributes)."""
+    return escape(terminal(mask_text(str(value))), quote=True)
 
 
 def page_time(environ: Mapping[str, str]) -> datetime:
@@ -97,41 +100,61 @@ def page_plots(report: Report) -> PagePlots:
 
 
 def render_html(report: Report, context: PageContext, plots: PagePlots | None = None) -> str:
-    """The whole page as a string."""
-    from itwin_report.summary import summary_sentences
+    """The whole page as a string: the report's layout, written as HTML."""
+    from itwin_report.render.layout import Footer, Notes, Table, Title, layout
 
     plots = plots or PagePlots()
+    blocks = layout(report).blocks
+    warnings = [w for b in blocks if isinstance(b, Notes) and b.warning for w in b.items]
+    by_table, general = _warnings_by_table(warnings)
     title = f"Scalability report: {report.experiment}"
-    by_table, general = _warnings_by_table(report.warnings)
-    parts = [
-        "<!DOCTYPE html>",
-        '<html lang="en">',
-        "<head>",
-        '<meta charset="utf-8">',
-        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
-        '<meta name="viewport" content="width=device-width, initial-scale=1">',
-        '<meta name="referrer" content="no-referrer">',
-        f"<title>{text(title)}</title>",
-        f"<style>{STYLE}</style>",
-        "</head>",
-        "<body>",
-        "<main>",
-        _title_block(report, context, title),
-        _list_section("summary", "Summary", summary_sentences(report)),
-    ]
-    if general:
-        parts.append(_list_section("warnings", "Warnings while reading", general, warn=True))
-    for name in TABLE_NAMES:
-        parts.append(_table_section(report, name, plots, by_table.get(name, [])))
-    parts += [_methods(report), "</main>", "</body>", "</html>", ""]
+    parts = [_head(title), "<body>", "<main>"]
+    footer = ""
+    for block in blocks:
+        if isinstance(block, Title):
+            parts.append(_title_block(block, context, title))
+            parts.append(_list_section("summary", "Summary", _summary(report)))
+        elif isinstance(block, Table):
+            parts.append(_table_section(block, plots, by_table.get(block.name, [])))
+        elif isinstance(block, Notes) and block.warning:
+            if general:
+                parts.append(_list_section("warnings", "Other warnings", general, warn=True))
+        elif isinstance(block, Notes):
+            parts.append(_list_section("notes", block.title, block.items))
+        elif isinstance(block, Footer):
+            footer = block.text
+    parts += [_methods(report, footer), "</main>", "</body>", "</html>", ""]
     return "\n".join(parts)
 
 
-def _title_block(report: Report, context: PageContext, title: str) -> str:
+def _summary(report: Report) -> list[str]:
+    from itwin_report.summary import summary_sentences
+
+    return summary_sentences(report)
+
+
+def _head(title: str) -> str:
+    return "\n".join(
+        [
+            "<!DOCTYPE html>",
+            '<html lang="en">',
+            "<head>",
+            '<meta charset="utf-8">',
+            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">',
+            '<meta name="viewport" content="width=device-width, initial-scale=1">',
+            '<meta name="referrer" content="no-referrer">',
+            f"<title>{text(title)}</title>",
+            f"<style>{STYLE}</style>",
+            "</head>",
+        ]
+    )
+
+
+def _title_block(block: TitleBlock, context: PageContext, title: str) -> str:
     skipped = f"{context.skipped} (see warnings)" if context.skipped else "none"
     rows = [
-        ("Experiment", text(report.experiment)),
-        ("Tracking store", f"<code>{text(mask_uri(report.tracking_uri))}</code>"),
+        ("Experiment", text(block.experiment)),
+        ("Tracking store", f"<code>{text(mask_uri(block.tracking_uri))}</code>"),
         ("Runs read", f"{context.worker_runs} worker runs in {context.jobs} jobs"),
         ("Runs skipped", skipped),
         ("Tool", f"itwin-report {text(context.version)}"),
@@ -144,48 +167,46 @@ def _title_block(report: Report, context: PageContext, title: str) -> str:
 def _list_section(ident: str, heading: str, lines: list[str], warn: bool = False) -> str:
     cls = ' class="warnings"' if warn else ""
     items = "\n".join(f"<li>{text(line)}</li>" for line in lines)
-    return f'<section id="{ident}">\n<h2>{heading}</h2>\n<ul{cls}>\n{items}\n</ul>\n</section>'
+    return (
+        f'<section id="{ident}">\n<h2>{text(heading)}</h2>\n<ul{cls}>\n{items}\n</ul>\n</section>'
+    )
 
 
-def _table_section(report: Report, name: str, plots: PagePlots, warnings: list[str]) -> str:
-    headers, rows, right = cells(report, name)
-    if rows:
-        table = _table(name, headers, rows, right)
-    else:
-        table = f'<p class="empty">{text(EMPTY[name])}</p>'
+def _table_section(block: TableBlock, plots: PagePlots, warnings: list[str]) -> str:
+    table = _table(block) if block.rows else f'<p class="empty">{text(block.empty)}</p>'
     notes = []
-    if name == "throughput" and rows:
-        notes.append(_notes("Input-bottleneck evidence", evidence_lines(report)))
+    if block.notes is not None:
+        notes.append(_notes(block.notes.title, block.notes.items))
     if warnings:
         notes.append(_notes("Warnings", warnings, warn=True))
     figures = []
-    for fig in TABLE_FIGURES[name]:
+    for fig in TABLE_FIGURES.get(block.name, ()):
         if fig in plots.svg:
             figures.append(f'<figure class="plot" id="plot-{fig}">{plots.svg[fig]}</figure>')
         elif fig in plots.missing:
             why = text(plots.missing[fig])
             figures.append(f'<p class="missing">Plot {fig.replace("_", " ")} not drawn: {why}.</p>')
-    layout = "stack" if len(headers) > WIDE_TABLE else "pair"
+    layout = "stack" if len(block.headers) > WIDE_TABLE else "pair"
     return (
-        f'<section class="table-section {layout}" id="{name}">\n'
-        f"<h2>{text(HEADINGS[name])}</h2>\n"
+        f'<section class="table-section {layout}" id="{text(block.name)}">\n'
+        f"<h2>{text(block.heading)}</h2>\n"
         f'<div class="data">\n{table}\n{"".join(notes)}\n</div>\n'
         f'<div class="plots">\n{chr(10).join(figures)}\n</div>\n'
         "</section>"
     )
 
 
-def _table(name: str, headers: list[str], rows: list[list[str]], right: list[bool]) -> str:
+def _table(block: TableBlock) -> str:
     def cell(tag: str, value: str, r: bool) -> str:
         return f'<{tag} class="num">{text(value)}</{tag}>' if r else f"<{tag}>{text(value)}</{tag}>"
 
-    head = "".join(cell("th", h, r) for h, r in zip(headers, right, strict=True))
+    head = "".join(cell("th", h, r) for h, r in zip(block.headers, block.right, strict=True))
     body = "\n".join(
-        "<tr>" + "".join(cell("td", v, r) for v, r in zip(row, right, strict=True)) + "</tr>"
-        for row in rows
+        "<tr>" + "".join(cell("td", v, r) for v, r in zip(row, block.right, strict=True)) + "</tr>"
+        for row in block.rows
     )
     return (
-        f'<table id="table-{name}">\n<thead><tr>{head}</tr></thead>\n'
+        f'<table id="table-{text(block.name)}">\n<thead><tr>{head}</tr></thead>\n'
         f"<tbody>\n{body}\n</tbody>\n</table>"
     )
 
@@ -193,7 +214,7 @@ def _table(name: str, headers: list[str], rows: list[list[str]], right: list[boo
 def _notes(heading: str, lines: list[str], warn: bool = False) -> str:
     cls = "warnings" if warn else "notes"
     items = "".join(f"<li>{text(line)}</li>" for line in lines)
-    return f'<div class="{cls}"><h3>{heading}</h3><ul>{items}</ul></div>'
+    return f'<div class="{cls}"><h3>{text(heading)}</h3><ul>{items}</ul></div>'
 
 
 # warning text -> the table it belongs to (first match wins); the rest are the loader's
@@ -220,17 +241,19 @@ def _warnings_by_table(warnings: list[str]) -> tuple[dict[str, list[str]], list[
     return by_table, general
 
 
-def _methods(report: Report) -> str:
+def _methods(report: Report, footer: str) -> str:
     from itwin_report.summary import COLUMN_NOTES, methods_paragraphs
+    from itwin_report.tables import TABLES
 
-    parts = [f"<p>{text(p)}</p>" for p in methods_paragraphs(report)]
+    parts = [f"<p>{text(p)}</p>" for p in methods_paragraphs(report, footer)]
     parts.append("<h3>Columns</h3>")
-    for name in TABLE_NAMES:
+    for spec in TABLES:
         items = "".join(
-            f"<dt>{text(header)}</dt><dd>{text(COLUMN_NOTES.get(col, ''))}</dd>"
-            for col, header, _, _ in COLUMNS[name]
+            f"<dt>{text(col.header)}</dt>"
+            f"<dd>{text(COLUMN_NOTES.get(col.name) or col.description)}</dd>"
+            for col in spec.shown
         )
-        parts.append(f'<h4>{text(HEADINGS[name])}</h4>\n<dl class="columns">{items}</dl>')
+        parts.append(f'<h4>{text(spec.heading)}</h4>\n<dl class="columns">{items}</dl>')
     body = "\n".join(parts)
     return f'<section id="methods">\n<h2>Methods</h2>\n{body}\n</section>'
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from itwin_report.render import COLUMNS, VERDICT_WORDS, warmup_line
+from itwin_report.render.layout import VERDICT_WORDS, warmup_line
+from itwin_report.tables import SPECS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -43,10 +44,7 @@ COLUMN_NOTES: dict[str, str] = {
 
 def _fmt(table: str, column: str, value: Any) -> str:
     """``value`` as the table shows it in ``column``."""
-    for col, _, show, _ in COLUMNS[table]:
-        if col == column:
-            return show(value)
-    raise KeyError(column)
+    return SPECS[table].column(column).fmt(value)
 
 
 def _known(value: Any) -> bool:
@@ -208,10 +206,10 @@ def base_sentence(report: Report) -> str:
     )
 
 
-def methods_paragraphs(report: Report) -> list[str]:
-    """How the numbers were computed, in plain sentences."""
+def methods_paragraphs(report: Report, warmup: str = "") -> list[str]:
+    """How the numbers were computed, in plain sentences (``warmup``: the report's own line)."""
     return [
-        warmup_line(report)
+        (warmup or warmup_line(report))
         + " Warm-up epochs are slower (data loading, compilation, cache warm-up); leaving them out"
         " measures the steady state. Energy per epoch divides by all epochs, warm-up included.",
         base_sentence(report),

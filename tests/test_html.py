@@ -15,8 +15,8 @@ from test_report_builders import make_data, metric, profile, run
 
 from itwin_report.cli import main
 from itwin_report.html import PageContext, page_context, page_plots, page_time, render_html
-from itwin_report.render import COLUMNS
 from itwin_report.report import build_report
+from itwin_report.tables import TABLES
 
 REPORT = "generate-scalability-report"
 WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -115,17 +115,17 @@ def check_cell(cell: str, value: Any, column: str) -> None:
 def compare_tables(page: Page, doc: dict[str, Any]) -> int:
     """Every table of the page against the JSON report; returns the cells compared."""
     compared = 0
-    for name, spec in COLUMNS.items():
-        records = doc[name]
+    for spec in TABLES:
+        records = doc[spec.name]
         if not records:
-            assert f"table-{name}" not in page.tables
+            assert f"table-{spec.name}" not in page.tables
             continue
-        header, *rows = page.tables[f"table-{name}"]
-        assert header == [h for _, h, _, _ in spec]
+        header, *rows = page.tables[f"table-{spec.name}"]
+        assert header == [col.header for col in spec.shown]
         assert len(rows) == len(records)
         for row, rec in zip(rows, records, strict=True):
-            for cell, (column, _, _, _) in zip(row, spec, strict=True):
-                check_cell(cell, rec[column], column)
+            for cell, col in zip(row, spec.shown, strict=True):
+                check_cell(cell, rec[col.key], col.name)
                 compared += 1
     return compared
 
@@ -164,7 +164,7 @@ def test_every_cell_equals_the_json_report(pages: dict) -> None:
 def test_page_reads_top_to_bottom(pages: dict) -> None:
     page = Page(pages["html"])
     assert page.section_ids == [
-        "summary", "warnings", "epoch_time", "gpu", "computation", "throughput", "methods",
+        "summary", "epoch_time", "gpu", "computation", "throughput", "warnings", "methods",
     ]  # fmt: skip
     text = " ".join(" ".join(page.texts).split())
     assert "Scalability report: scaling" in text

@@ -17,6 +17,7 @@ from itwin_report.render import FORMATS, render, report_to_dict
 from itwin_report.report import Report
 from itwin_report.report.common import empty_table
 from itwin_report.report.computation import COLUMNS as COMPUTATION_COLUMNS
+from itwin_report.tables import TABLES
 
 GOLDEN = Path(__file__).parent / "golden"
 NAN = math.nan
@@ -139,3 +140,124 @@ def test_unknown_format() -> None:
 
     with pytest.raises(ReportError, match="unknown format"):
         render(hand_report(), "xml")
+
+
+def test_one_definition_per_table() -> None:
+    # the hand-built frames, the plain table's headers and JSON keys all follow the specs
+    report = hand_report()
+    text = render(report, "table")
+    obj = report_to_dict(report)
+    for spec in TABLES:
+        frame = getattr(report, spec.name)
+        assert list(frame.columns) == spec.names, spec.name
+        for row in obj[spec.name]:
+            assert list(row) == [c.key for c in spec.columns]
+        if len(frame):
+            header_line = text.split(f"{spec.heading}\n{'=' * len(spec.heading)}\n")[1]
+            header_line = header_line.splitlines()[0]
+            assert header_line.split("  ")[0] == "Strategy"
+            headers = re.split(r"\s{2,}", header_line.strip())
+            assert headers == [c.header for c in spec.shown]
+
+
+def test_builders_return_the_spec_columns_and_dtypes() -> None:
+    from itwin_report.report import build_report
+    from itwin_report.schema import RunData
+
+    report = build_report(RunData(experiment="e", tracking_uri="sqlite:///x.db"))
+    for spec in TABLES:
+        frame = getattr(report, spec.name)
+        assert list(frame.columns) == spec.names
+        for col in spec.columns:
+            want = col.dtype
+            got = str(frame[col.name].dtype)
+            assert got == want or (want == "str" and got in ("object", "str")), col.name
+
+
+# ---- store values are text: escaped per format, never markup, never a secret ----
+
+ESC_RED = "\x1b[31mred"
+LINK = "[link=https://evil.example]deepspeed[/link]"
+FAKE_ROW = "evil\nddp 99 1 3 1.00 s"
+BIDI = "x\u202egnp.exe"
+FORMULAS = ["=HYPERLINK(1)", "+1", "-2", "@SUM(A1)", "\tTAB", "<b>&|\\"]
+SECRET = "s3cr3t-pw"
+
+
+def hostile_report() -> Report:
+    names = [ESC_RED, LINK, "[/bold]", FAKE_ROW, BIDI, *FORMULAS]
+    n = len(names)
+    epoch = pd.DataFrame(
+        {
+            "strategy": names,
+            "workers": list(range(1, n + 1)),
+            "runs": [1] * n,
+            "epochs": [2] * n,
+            "avg_epoch_time_s": [10.0] * n,
+            "std_epoch_time_s": [NAN] * n,
+            "speedup": [-1.5] * n,  # impossible, but a number: never protected as a formula
+            "efficiency": [1.0] * n,
+        }
+    )
+    report = hand_report()
+    report.experiment = f"exp\x07{ESC_RED}"
+    report.tracking_uri = f"http://alice:{SECRET}@host:5000/?token=tok{SECRET}"
+    report.epoch_time = epoch
+    report.warnings = [f"run on http://bob:{SECRET}@db/x failed", f"name {ESC_RED}\nfake line"]
+    return report
+
+
+def test_plain_table_escapes_control_and_bidi_characters() -> None:
+    text = render(hostile_report(), "table")
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "\\x1b[31mred" in text and "\\u202egnp.exe" in text and "\\x07" in text
+    assert "evil\\nddp 99" in text
+    # a newline in a name adds no row: 11 strategies -> 11 lines between the dashes and the blank
+    section = text.split("Epoch time\n==========\n")[1].split("\n\n")[0].splitlines()
+    assert len(section) == 2 + 11
+    assert not any(line.startswith("ddp 99") for line in text.splitlines())
+    assert SECRET not in text and "alice:***@host" in text
+
+
+def test_styled_table_never_interprets_markup() -> None:
+    text = render(hostile_report(), "table", styled=True)  # "[/bold]" would raise MarkupError
+    assert LINK in text and "[/bold]" in text
+    assert "\x1b]8;" not in text  # no hyperlink escape sequence
+    assert "\\x1b[31mred" in text and ESC_RED not in text
+    assert "\u202e" not in text and SECRET not in text
+
+
+def test_markdown_escapes_cells_and_html() -> None:
+    md = render(hostile_report(), "markdown")
+    rows = [line for line in md.splitlines() if line.startswith("| ")]
+    assert len(rows) == (1 + 11) + (1 + 2) + (1 + 2)  # header + rows: epoch, gpu, throughput
+    epoch_rows = rows[1:12]
+    assert all(line.count(" | ") == 7 for line in epoch_rows)  # 8 cells, no | from a value
+    assert "&lt;b&gt;&amp;\\|\\\\" in md and "<b>" not in md
+    assert "\\[link=https://evil.example\\]deepspeed\\[/link\\]" in md
+    assert "evil\\\\nddp 99" in md  # newline shown as \n, the backslash escaped for markdown
+    assert "\x1b" not in md and SECRET not in md and "`http://alice:***@host:5000/" in md
+    assert "token=***" in md
+
+
+def test_csv_protects_text_cells_not_numbers() -> None:
+    rows = list(csv.DictReader(io.StringIO(render(hostile_report(), "csv"))))
+    strategies = [r["strategy"] for r in rows if r["table"] == "epoch_time"]
+    assert strategies[5:] == ["'=HYPERLINK(1)", "'+1", "'-2", "'@SUM(A1)", "'\tTAB", "<b>&|\\"]
+    assert strategies[3] == FAKE_ROW  # quoted by the CSV writer, one cell
+    assert all(r["speedup"] == "-1.5" for r in rows if r["table"] == "epoch_time")
+    assert rows[-1]["source"] == "performance.json"
+
+
+def test_json_keeps_raw_values_but_masks_secrets() -> None:
+    obj = json.loads(render(hostile_report(), "json"))
+    assert [r["strategy"] for r in obj["epoch_time"]][:5] == [
+        ESC_RED,
+        LINK,
+        "[/bold]",
+        FAKE_ROW,
+        BIDI,
+    ]
+    assert obj["tracking_uri"] == "http://alice:***@host:5000/?token=***"
+    assert obj["warnings"][0] == "run on http://bob:***@db/x failed"
+    assert SECRET not in json.dumps(obj)

@@ -92,13 +92,25 @@ def test_not_an_mlflow_database(tmp_path: Path) -> None:
         load_experiment(f"sqlite:///{text}", None, show_progress=False)
 
 
-def test_unexpected_schema_falls_back(tmp_path: Path) -> None:
+def test_unreadable_schema_is_refused_unchanged(tmp_path: Path) -> None:
     db = tmp_path / "odd.db"
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
+        conn.execute("INSERT INTO alembic_version VALUES ('abc123')")
         conn.execute("CREATE TABLE experiments (experiment_id, name, lifecycle_stage)")
         conn.execute("CREATE TABLE runs (run_uuid, name, status, lifecycle_stage)")  # lacks 2
-    assert open_sql_reader(f"sqlite:///{db}") is None
+        for table in ("tags", "params"):
+            conn.execute(f"CREATE TABLE {table} (key, value, run_uuid)")
+        conn.execute("CREATE TABLE metrics (key, value, timestamp, step, run_uuid)")
+    conn.close()
+    before = db.read_bytes()
+    with pytest.raises(StoreError) as err:
+        open_sql_reader(f"sqlite:///{db}")
+    assert "alembic revision abc123, no column runs.artifact_uri, runs.experiment_id" in str(
+        err.value
+    )
+    assert "mlflow server --backend-store-uri" in str(err.value)
+    assert db.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == ["odd.db"]
 
 
 def test_unreachable_server_fails_fast() -> None:

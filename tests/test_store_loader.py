@@ -84,8 +84,10 @@ def test_metrics_values_and_nan(scaling_sqlite: Store) -> None:
     assert list(p["value"]) == [gpu_power(1, s) for s in range(4)] == [210.0, 211.0, 212.0, 213.0]
     ddp8 = ids["jobs"][2][2][0]
     u = m[(m["run_id"] == ddp8) & (m["key"] == "gpu_utilization_percent")]
-    assert len(u) == 5 and u["value"].isna().sum() == 1  # 4 samples + the NaN point at step 1
+    # 4 samples; the NaN point logged later at step 1 replaces the sample of that step
+    assert len(u) == 4 and u["value"].isna().sum() == 1
     assert u.loc[u["value"].isna(), "step"].tolist() == [1]
+    assert u["value"].dropna().tolist() == [50.0, 52.0, 53.0]
     # metrics of skipped runs are not there
     skipped = {*ids["running"][1:], *ids["deleted"], *ids["bad"]}
     assert not set(m["run_id"]) & skipped
@@ -123,6 +125,8 @@ def test_warnings(scaling_sqlite: Store) -> None:
         f"worker run {ds4[1][:8]} (rank 1) of deepspeed-4: malformed "
         "torch_profiling_averages/torch_profiling_averages.csv (no column name, "
         "self_cuda_time_total); ignored",
+        f"1 metric points repeat a (run, key, step) already logged; the latest of each was kept "
+        f"(runs {ids['jobs'][2][2][0][:8]})",
     ]
 
 
@@ -264,7 +268,7 @@ def test_file_store_reader_skips_deleted(scaling_file_store: Store) -> None:
     path, ids = scaling_file_store
     reader = FileStoreReader(path)
     exp = next(i for i, n, _ in reader.experiments() if n == "scaling")
-    runs, _ = reader.runs(exp)
+    runs, _ = reader.runs(exp, ["strategy"])
     assert not set(runs["run_id"]) & set(ids["deleted"])
     # JOBS workers 7 + their tops 5 + flat 1 + ray 4 + bad-job 3 + running-job 3 + empty 1
     assert len(runs) == 7 + 5 + 1 + 4 + 3 + 3 + 1

@@ -39,8 +39,10 @@ OUTSIDE_LEGEND_RIGHT = 0.8
 
 
 def label(text: object) -> str:
-    """A store value as matplotlib text: literal, never mathtext."""
-    return str(text).replace("$", r"\$")
+    """A store value as matplotlib text: literal (never mathtext), control characters escaped."""
+    from itwin_report.render.safe import terminal
+
+    return terminal(str(text)).replace("$", r"\$")
 
 
 def strategy_colors(report: Report) -> dict[str, str]:

@@ -6,22 +6,14 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.schema import RunData
+from itwin_report.tables import DTYPES
 
 CONFIG = ["strategy", "workers"]
 
 
 def empty_table(columns: list[str]) -> pd.DataFrame:
-    """An empty table with ``columns`` (strategy str, workers int, the rest float)."""
-    dtypes = {
-        "strategy": "str",
-        "workers": "int64",
-        "runs": "int64",
-        "epochs": "int64",
-        "source": "str",
-        "evidence": "str",
-        "input_bound": "object",
-    }
-    return pd.DataFrame({c: pd.Series(dtype=dtypes.get(c, "float64")) for c in columns})
+    """An empty table with ``columns``, each of the dtype its table spec gives."""
+    return pd.DataFrame({c: pd.Series(dtype=DTYPES.get(c, "float64")) for c in columns})
 
 
 def finish(rows: list[dict], columns: list[str]) -> pd.DataFrame:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pandas as pd
 
+from itwin_report import tables
 from itwin_report.report.common import configurations, finish, label
 from itwin_report.schema import RunData
 
-COLUMNS = ["strategy", "workers", "runs", "computation_fraction", "communication_fraction"]
+COLUMNS = tables.COMPUTATION.names
 
 COMPUTATION_PATTERN = r"\b(?:aten|at|c10|autograd)::"
 COMMUNICATION_PATTERN = r"(?i)nccl|c10d::|all_?reduce|all_?gather|reduce_?scatter|broadcast"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from itwin_report import tables
 from itwin_report.report.common import (
     add_scaling,
     configurations,
@@ -15,16 +16,7 @@ from itwin_report.report.common import (
 )
 from itwin_report.schema import EPOCH_TIME, RunData
 
-COLUMNS = [
-    "strategy",
-    "workers",
-    "runs",
-    "epochs",
-    "avg_epoch_time_s",
-    "std_epoch_time_s",
-    "speedup",
-    "efficiency",
-]
+COLUMNS = tables.EPOCH_TIME.names
 
 
 def epoch_points(data: RunData) -> pd.DataFrame:

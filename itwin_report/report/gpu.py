@@ -5,19 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from itwin_report import tables
 from itwin_report.report.common import configurations, finish, label, points
 from itwin_report.report.epoch_time import epoch_points
 from itwin_report.schema import GPU_POWER, GPU_UTIL, RunData
 
-COLUMNS = [
-    "strategy",
-    "workers",
-    "runs",
-    "energy_wh",
-    "energy_wh_per_epoch",
-    "utilization_pct",
-    "avg_power_w",
-]
+COLUMNS = tables.GPU.names
 
 
 def sample_interval(power: pd.DataFrame) -> float:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from itwin_report import tables
 from itwin_report.errors import DataError
 from itwin_report.performance import merge_records
 from itwin_report.report import verdict
@@ -20,20 +21,7 @@ from itwin_report.report.epoch_time import after_warmup, epoch_points
 from itwin_report.report.rates import steady_rate
 from itwin_report.schema import PERFORMANCE_FIELDS, RATE, RunData
 
-COLUMNS = [
-    "strategy",
-    "workers",
-    "runs",
-    "samples_per_sec",
-    "samples_per_sec_per_gpu",
-    "speedup",
-    "efficiency",
-    "est_samples_per_sec",
-    "achieved_fraction",
-    "input_bound",
-    "source",
-    "evidence",
-]
+COLUMNS = tables.THROUGHPUT.names
 SOURCE_NAMES = {"performance": "performance.json", "rates": "rate metrics", "epochs": "epoch time"}
 PREFERENCE = ("performance", "rates", "epochs")
 JOB_COLUMNS = ["job_id", "strategy", "workers", "sps"]

@@ -1,50 +1,89 @@
-"""Load one experiment from an MLflow tracking store into the schema's frames.
+"""Load one experiment from an MLflow tracking store into the schema's frames, never writing to it.
 
 Light on import: the readers (pandas, sqlite, MLflow) are imported inside :func:`load_experiment`.
 
-* ``sqlite:///...`` and other SQL URIs: read-only SQL queries (``sql_reader``), falling back to
-  MLflow's API when the schema is not the expected one;
-* ``http(s)://``: MLflow's client plus the bulk metric-history endpoint (``api_reader``);
+* ``sqlite:///...`` and other SQL URIs: read-only SQL queries (``sql_reader``);
+* ``http(s)://`` and ``databricks``: MLflow's client plus the bulk metric-history endpoint
+  (``api_reader``);
 * plain paths and ``file:`` URIs: the file store's directory layout (``file_reader``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from itwin_report.errors import ReportError
 from itwin_report.store.uri import (
     DEFAULT_TRACKING_URI,
     FILE,
-    SQL,
+    HTTP,
+    OTHER,
     SQLITE,
+    local_artifact_dir,
     mask_uri,
+    output_conflict,
     resolve_tracking_uri,
     store_kind,
+    store_paths,
 )
 
 if TYPE_CHECKING:
     from itwin_report.schema import RunData
 
-__all__ = ["DEFAULT_TRACKING_URI", "load_experiment", "mask_uri", "resolve_tracking_uri"]
+__all__ = [
+    "DEFAULT_TRACKING_URI",
+    "STRATEGY_PARAM",
+    "WORKERS_PARAM",
+    "check_outputs",
+    "load_experiment",
+    "mask_uri",
+    "resolve_tracking_uri",
+]
+
+STRATEGY_PARAM = "strategy"
+WORKERS_PARAM = "global_world_size"
 
 
 def _open_reader(uri: str) -> Any:
-    """The fastest reader that can read ``uri``."""
+    """The reader for ``uri``'s kind of store."""
     kind = store_kind(uri)
     if kind == FILE:
         from itwin_report.store.file_reader import FileStoreReader
 
         return FileStoreReader(uri)
-    if kind in (SQLITE, SQL):
-        from itwin_report.store.sql_reader import open_sql_reader
+    if kind in (HTTP, OTHER):
+        from itwin_report.store.api_reader import ApiReader
 
-        reader = open_sql_reader(uri)
+        return ApiReader(uri)
+    from itwin_report.store.sql_reader import open_sql_reader
+
+    return open_sql_reader(uri)
+
+
+def check_outputs(uri: str, outputs: Mapping[str, Path | None]) -> str | None:
+    """A one-line message when an output path (``{option: path}``) lies in the store, else None.
+
+    Guarded: the sqlite file (and its ``-wal``/``-shm``/``-journal``), the file-store directory,
+    and the local artifact roots of a sqlite or file store's experiments.
+    """
+    given = {option: path for option, path in outputs.items() if path is not None}
+    if not given:
+        return None
+    protected = store_paths(uri)
+    if store_kind(uri) in (SQLITE, FILE):
+        try:
+            reader = _open_reader(uri)
+        except ReportError:
+            reader = None  # the load reports it
         if reader is not None:
-            return reader
-    from itwin_report.store.api_reader import ApiReader
-
-    return ApiReader(uri)
+            try:
+                roots = reader.artifact_roots()
+            finally:
+                reader.close()
+            protected += [p for p in map(local_artifact_dir, roots) if p is not None]
+    return output_conflict(given, protected)
 
 
 def load_experiment(
@@ -53,17 +92,28 @@ def load_experiment(
     run_names: Sequence[str] = (),
     include_unfinished: bool = False,
     show_progress: bool = True,
+    strategy_param: str = STRATEGY_PARAM,
+    workers_param: str = WORKERS_PARAM,
 ) -> RunData:
     """Worker runs, metrics, profiles and performance records of one experiment.
 
+    ``strategy_param`` and ``workers_param`` name the params that define a configuration
+    (itwinai's ``strategy`` and ``global_world_size`` by default).
+
     Raises :class:`~itwin_report.errors.StoreError` for a missing or unreadable store or an
     unknown experiment, :class:`~itwin_report.errors.ReportError` for run names that match
-    nothing. Skipped runs and malformed artifacts are reported in ``RunData.warnings``.
+    nothing. Skipped runs and malformed data are reported in ``RunData.warnings``.
     """
     reader = _open_reader(tracking_uri)
     try:
         return _load(
-            reader, tracking_uri, experiment_name, run_names, include_unfinished, show_progress
+            reader,
+            tracking_uri,
+            experiment_name,
+            run_names,
+            include_unfinished,
+            show_progress,
+            {STRATEGY_PARAM: strategy_param, WORKERS_PARAM: workers_param},
         )
     finally:
         reader.close()
@@ -76,16 +126,20 @@ def _load(
     run_names: Sequence[str],
     include_unfinished: bool,
     show_progress: bool,
+    renamed: Mapping[str, str] | None = None,
 ) -> RunData:
     from itwin_report.progress import progress
     from itwin_report.schema import METRIC_KEYS, RunData
     from itwin_report.store.artifacts import read_artifacts
-    from itwin_report.store.tree import choose_experiment, select_workers
+    from itwin_report.store.metrics import tidy_metrics
+    from itwin_report.store.tree import WORKER_PARAMS, choose_experiment, select_workers
 
+    names_in_store = {p: (renamed or {}).get(p, p) for p in WORKER_PARAMS}
     experiments = reader.experiments()
     exp_id = choose_experiment(experiments, experiment_name)
     name = next(n for i, n, _ in experiments if i == exp_id)
-    runs, params = reader.runs(exp_id)
+    runs, params = reader.runs(exp_id, list(dict.fromkeys(names_in_store.values())))
+    params = _canonical_params(params, names_in_store)
     selection = select_workers(runs, params, run_names, include_unfinished, name)
     workers = selection.workers
     ids = list(workers["run_id"])
@@ -93,22 +147,30 @@ def _load(
         metrics = reader.metrics(exp_id, ids, advance) if ids else None
     remote = getattr(reader, "remote_artifact", None)
     profiles, performance, warnings = read_artifacts(workers, remote, show_progress)
+    warnings = [*selection.warnings, *getattr(reader, "warnings", []), *warnings]
     data = RunData(
         experiment=name,
         tracking_uri=mask_uri(uri),
         runs=workers,
         profiles=profiles,
         performance=performance,
-        warnings=[*selection.warnings, *warnings],
+        warnings=warnings,
     )
     if metrics is not None:
-        data.metrics = _tidy_metrics(metrics)
+        data.metrics, more = tidy_metrics(metrics, workers)
+        data.warnings.extend(more)
+    # the single place where the loaded data is validated
     return data
 
 
-def _tidy_metrics(metrics: Any) -> Any:
-    """Metrics in the schema's columns, sorted by run, key, step, timestamp and value."""
-    from itwin_report.schema import METRIC_COLUMNS, conform
+def _canonical_params(params: Any, names_in_store: Mapping[str, str]) -> Any:
+    """Params under the names the tree expects (``--strategy-param x`` -> ``strategy``)."""
+    if all(k == v for k, v in names_in_store.items()):
+        return params
+    import pandas as pd
 
-    ordered = metrics.sort_values(["run_id", "key", "step", "timestamp", "value"])
-    return conform(ordered, METRIC_COLUMNS, "metrics")
+    parts = [
+        params[params["key"] == stored].assign(key=canonical)
+        for canonical, stored in names_in_store.items()
+    ]
+    return pd.concat(parts, ignore_index=True)

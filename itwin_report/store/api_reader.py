@@ -1,7 +1,8 @@
 """Read a store through MLflow's public API: HTTP servers, and SQL stores of another schema.
 
 Runs come from ``search_runs`` page by page. On an HTTP server metric histories come from the
-bulk endpoint (up to 100 runs and 25,000 points a request); that endpoint cuts off at
+bulk endpoint (up to 100 runs and 25,000 points a request, and a request line short enough for
+gunicorn's 4,094-byte limit, which MLflow 2.x servers run under); that endpoint cuts off at
 ``max_results`` points without saying so, so after a full page the runs it may have cut short
 are asked for again; a single run that alone fills a page goes through the paginated
 ``get_metric_history``. Other stores are asked per run
@@ -13,7 +14,7 @@ from __future__ import annotations
 import os
 import re
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,18 +22,18 @@ from typing import Any
 import pandas as pd
 
 from itwin_report.errors import StoreError
+from itwin_report.masking import mask_text
 from itwin_report.progress import Advance
 from itwin_report.schema import METRIC_KEYS
 from itwin_report.store import mlflow_api
-from itwin_report.store.tree import WORKER_PARAMS
 from itwin_report.store.uri import HTTP, mask_uri, store_kind
 
 BULK_PATH = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
 PROBE_PATH = "/api/2.0/mlflow/experiments/search"
 BULK_MAX_RUNS = 100
 BULK_MAX_POINTS = 25_000
-PROBE_TIMEOUT_S = (5.0, 10.0)  # connect, read
-REQUEST_TIMEOUT_S = (10.0, 120.0)
+MAX_REQUEST_LINE = 2_000  # bytes of "GET <path>?<query> HTTP/1.1"; gunicorn refuses > 4,094
+CONNECT_TIMEOUT_S = 5.0
 THREADS = 4
 METRIC_FRAME = ["run_id", "key", "step", "value", "timestamp"]
 
@@ -46,6 +47,25 @@ def _reason(exc: Exception) -> str:
     if "timed out" in text.lower():
         return "timed out"
     return type(exc).__name__
+
+
+def bulk_batches(base: str, ids: Sequence[str], key: str) -> Iterator[list[str]]:
+    """Run ids in groups whose bulk request line stays within :data:`MAX_REQUEST_LINE` bytes."""
+    from urllib.parse import urlencode, urlsplit
+
+    fixed = len(f"GET {urlsplit(base).path}{BULK_PATH}? HTTP/1.1")
+    fixed += len(urlencode({"metric_key": key, "max_results": BULK_MAX_POINTS})) + 1
+    batch: list[str] = []
+    size = fixed
+    for run_id in ids:
+        cost = len(urlencode({"run_id": run_id})) + 1
+        if batch and (len(batch) == BULK_MAX_RUNS or size + cost > MAX_REQUEST_LINE):
+            yield batch
+            batch, size = [], fixed
+        batch.append(run_id)
+        size += cost
+    if batch:
+        yield batch
 
 
 class HttpSession:
@@ -84,7 +104,8 @@ class HttpSession:
                 "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN"
             )
         if answer.status_code != 200:
-            detail = answer.text.strip().splitlines()[0][:200] if answer.text.strip() else ""
+            text = answer.text.strip()
+            detail = mask_text(text.splitlines()[0][:200]) if text else ""
             raise StoreError(
                 f"MLflow server at {where} answered HTTP {answer.status_code}: {detail}"
             )
@@ -102,10 +123,17 @@ class ApiReader:
         self.uri = uri
         self.http: HttpSession | None = None
         self._metric_keys: dict[str, list[str]] = {}
+        self.warnings: list[str] = []
         if store_kind(uri) == HTTP:
-            self.http = HttpSession(uri)
-            self.http.get(PROBE_PATH, {"max_results": 1}, PROBE_TIMEOUT_S)
             mlflow_api.limit_http_retries()
+            self.http = HttpSession(uri)
+            self.http.get(PROBE_PATH, {"max_results": 1}, self.timeout())
+
+    @staticmethod
+    def timeout() -> tuple[float, float]:
+        """(connect, read) seconds of one request: MLflow's request timeout bounds both."""
+        read = mlflow_api.request_timeout()
+        return min(CONNECT_TIMEOUT_S, read), read
 
     def close(self) -> None:
         """Release the HTTP session."""
@@ -116,9 +144,11 @@ class ApiReader:
         """``(id, name, 1 when it has live runs)`` of the live experiments."""
         return list(mlflow_api.list_experiments(self.uri))
 
-    def runs(self, experiment_id: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """(live runs in the tree's raw layout, their worker params in long format)."""
-        found = mlflow_api.search_all_runs(self.uri, str(experiment_id), WORKER_PARAMS, METRIC_KEYS)
+    def runs(
+        self, experiment_id: Any, param_keys: Sequence[str]
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(live runs in the tree's raw layout, their ``param_keys`` params in long format)."""
+        found = mlflow_api.search_all_runs(self.uri, str(experiment_id), param_keys, METRIC_KEYS)
         self._metric_keys = {r["run_id"]: r["metric_keys"] for r in found}
         columns = ["run_id", "name", "status", "parent_id", "artifact_uri", "has_params"]
         runs = pd.DataFrame([{c: r[c] for c in columns} for r in found], columns=columns)
@@ -151,11 +181,14 @@ class ApiReader:
 
     def _tasks(self, run_ids: Sequence[str]) -> list[tuple[list[str], str]]:
         """(run ids, key) work items: bulk batches on HTTP, one run each otherwise."""
-        size = BULK_MAX_RUNS if self.http is not None else 1
+        keys = dict.fromkeys(k for r in run_ids for k in self._metric_keys.get(r, ()))
         tasks: list[tuple[list[str], str]] = []
-        for key in METRIC_KEYS:
+        for key in keys:
             ids = [r for r in run_ids if key in self._metric_keys.get(r, ())]
-            tasks.extend((ids[i : i + size], key) for i in range(0, len(ids), size))
+            if self.http is None:
+                tasks.extend(([r], key) for r in ids)
+            else:
+                tasks.extend((batch, key) for batch in bulk_batches(self.http.base, ids, key))
         return tasks
 
     def _per_run(self, ids: list[str], key: str) -> pd.DataFrame:
@@ -170,7 +203,7 @@ class ApiReader:
         """One bulk request; runs a full page may have cut short are asked for again."""
         assert self.http is not None
         params = {"run_id": ids, "metric_key": key, "max_results": BULK_MAX_POINTS}
-        answer = self.http.get(BULK_PATH, params, REQUEST_TIMEOUT_S).get("metrics", [])
+        answer = self.http.get(BULK_PATH, params, self.timeout()).get("metrics", [])
         frame = pd.DataFrame(answer, columns=METRIC_FRAME)
         frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
         if len(frame) < BULK_MAX_POINTS:
@@ -201,6 +234,8 @@ class ApiReader:
 
     def remote_artifact(self, artifact_uri: str, path: str) -> bytes | None:
         """Download one artifact through MLflow; None when the run has none."""
+        from itwin_report.store.artifacts import read_capped
+
         with tempfile.TemporaryDirectory(prefix="itwin-report-") as tmp:
             local = mlflow_api.download_artifact(self.uri, artifact_uri, path, tmp)
-            return Path(local).read_bytes() if local is not None else None
+            return read_capped(Path(local)) if local is not None else None

@@ -2,7 +2,8 @@
 
 Local artifact roots (``file:`` URIs and paths) are read with plain file reads; anything else
 goes through a ``remote`` callable (an MLflow download). A missing artifact is normal; a
-malformed one becomes a warning naming the run.
+malformed one, one that is not a regular file (a FIFO, a device, a link to ``/dev/zero``) and
+one larger than :data:`MAX_ARTIFACT_BYTES` are skipped with a warning naming the run.
 """
 
 from __future__ import annotations
@@ -10,13 +11,18 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
+import os
+import stat
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from itwin_report.errors import DataError
+from itwin_report.masking import mask_text
 from itwin_report.performance import NUMERIC, check_record, record_count
 from itwin_report.progress import progress
 from itwin_report.schema import (
@@ -29,6 +35,31 @@ from itwin_report.store.uri import local_artifact_dir
 
 Remote = Callable[[str, str], bytes | None]  # (artifact_uri, relative path) -> bytes or None
 THREADS = 8
+MAX_ARTIFACT_BYTES = 64 * 1024 * 1024  # far above any profiler CSV or performance.json
+
+
+class SkippedArtifact(Exception):
+    """An artifact that exists but is not read (not a regular file, or too large)."""
+
+
+def read_capped(path: Path) -> bytes:
+    """The bytes of a regular file of at most :data:`MAX_ARTIFACT_BYTES`; else SkippedArtifact.
+
+    Opened without blocking, so a FIFO never hangs the report, and checked on the open file.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise SkippedArtifact("not a regular file")
+        if info.st_size > MAX_ARTIFACT_BYTES:
+            raise SkippedArtifact(
+                f"{info.st_size:,} bytes, more than the {MAX_ARTIFACT_BYTES:,}-byte cap"
+            )
+        data = handle.read(MAX_ARTIFACT_BYTES + 1)
+    if len(data) > MAX_ARTIFACT_BYTES:
+        raise SkippedArtifact(f"more than the {MAX_ARTIFACT_BYTES:,}-byte cap")
+    return data
 
 
 def read_local(artifact_uri: str, path: str) -> bytes | None:
@@ -37,17 +68,23 @@ def read_local(artifact_uri: str, path: str) -> bytes | None:
     if root is None:
         raise ValueError(f"not a local artifact root: {artifact_uri}")
     try:
-        return (root / path).read_bytes()
+        return read_capped(root / path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
+    except PermissionError:
+        raise SkippedArtifact("permission denied") from None
 
 
-def _fetch(artifact_uri: str, path: str, remote: Remote | None) -> bytes | None:
-    if local_artifact_dir(artifact_uri) is not None:
-        return read_local(artifact_uri, path)
-    if remote is None:
-        return None
-    return remote(artifact_uri, path)
+def _get(artifact_uri: str, path: str, remote: Remote | None) -> bytes | str | None:
+    """The artifact's bytes, None when absent, or why it was skipped."""
+    try:
+        if local_artifact_dir(artifact_uri) is not None:
+            return read_local(artifact_uri, path)
+        if remote is None:
+            return None
+        return remote(artifact_uri, path)
+    except SkippedArtifact as exc:
+        return str(exc)
 
 
 def _who(row: Any) -> str:
@@ -79,13 +116,19 @@ def parse_profile(data: bytes, run_id: str) -> dict[str, list[Any]]:
     return {"run_id": [run_id] * len(names), "name": names, "self_cuda_time_total": times}
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
 def parse_performance(data: bytes, run_id: str) -> dict[str, Any]:
     """One performance row: the numeric fields (NaN when absent), the flag and ``records``."""
-    record = check_record(json.loads(data), "performance.json")
+    record = check_record(json.loads(data, parse_constant=_no_constant), "performance.json")
     row: dict[str, Any] = {"run_id": run_id}
     for name in NUMERIC:
         value = record.get(name)
         row[name] = float("nan") if value is None else float(value)
+        if value is not None and not math.isfinite(row[name]):
+            raise ValueError(f"{name} is not a finite number")
     if pd.isna(row["samples_per_sec"]) and row["total_time"] > 0:
         row["samples_per_sec"] = row["total_samples"] / row["total_time"]
     row["suspected_input_bottleneck"] = bool(record.get("suspected_input_bottleneck", False))
@@ -99,9 +142,9 @@ def read_artifacts(
     """(profiles, performance, warnings) for the worker runs (columns of the schema)."""
     rows = list(workers.itertuples(index=False))
 
-    def both(row: Any) -> tuple[bytes | None, bytes | None]:
+    def both(row: Any) -> tuple[bytes | str | None, bytes | str | None]:
         uri = str(row.artifact_uri)
-        return _fetch(uri, PROFILE_ARTIFACT, remote), _fetch(uri, PERFORMANCE_ARTIFACT, remote)
+        return _get(uri, PROFILE_ARTIFACT, remote), _get(uri, PERFORMANCE_ARTIFACT, remote)
 
     profiles, performance, warnings = [], [], []
     unreachable = [
@@ -112,7 +155,7 @@ def read_artifacts(
     if unreachable:
         warnings.append(
             f"artifacts of {len(unreachable)} worker runs are not on this machine "
-            f"(e.g. {unreachable[0]}): profiler and performance.json data not read; "
+            f"(e.g. {mask_text(unreachable[0])}): profiler and performance.json data not read; "
             "point --tracking-uri at the MLflow server that holds them"
         )
     with (
@@ -121,17 +164,21 @@ def read_artifacts(
     ):
         for row, (table, perf) in zip(rows, pool.map(both, rows), strict=True):
             advance(1)
-            if table is not None:
+            for name, data in ((PROFILE_ARTIFACT, table), (PERFORMANCE_ARTIFACT, perf)):
+                if isinstance(data, str):
+                    warnings.append(f"{_who(row)}: {name} skipped ({data})")
+            if isinstance(table, bytes):
                 try:
                     profiles.append(parse_profile(table, str(row.run_id)))
                 except (ValueError, csv.Error, UnicodeDecodeError) as exc:
                     warnings.append(f"{_who(row)}: malformed {PROFILE_ARTIFACT} ({exc}); ignored")
-            if perf is not None:
+            if isinstance(perf, bytes):
                 try:
                     performance.append(parse_performance(perf, str(row.run_id)))
-                except (ValueError, UnicodeDecodeError, DataError) as exc:
+                except (ValueError, OverflowError, RecursionError, DataError) as exc:
+                    reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
                     warnings.append(
-                        f"{_who(row)}: malformed {PERFORMANCE_ARTIFACT} ({exc}); ignored"
+                        f"{_who(row)}: malformed {PERFORMANCE_ARTIFACT} ({reason}); ignored"
                     )
     prof = pd.DataFrame(
         {col: [v for part in profiles for v in part[col]] for col in PROFILE_COLUMNS},

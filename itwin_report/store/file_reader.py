@@ -4,7 +4,9 @@ Layout: ``<root>/<experiment_id>/meta.yaml`` and ``<root>/<experiment_id>/<run_i
 ``meta.yaml``, ``params/<key>``, ``tags/<key>`` and ``metrics/<key>`` (one
 ``timestamp value [step]`` line per point). Deleted experiments live in ``<root>/.trash``.
 Reading the files directly (instead of through MLflow's FileStore, which creates ``.trash``
-and a default experiment when they are missing) guarantees nothing is written.
+and a default experiment when they are missing) guarantees nothing is written. Text that is not
+UTF-8 is read with replacement characters; a metric line that does not parse is left out with a
+warning naming the run.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import yaml
 from itwin_report.errors import StoreError
 from itwin_report.progress import Advance
 from itwin_report.schema import METRIC_KEYS
-from itwin_report.store.tree import PARENT_TAG, WORKER_PARAMS
+from itwin_report.store.tree import PARENT_TAG, listed_names
 from itwin_report.store.uri import require_file_store
 
 # RunStatus values as the file store persists them
@@ -31,21 +33,36 @@ _RUN_NAME_TAG = "mlflow.runName"
 
 def _meta(path: Path) -> dict[str, Any]:
     """A parsed ``meta.yaml``, or {} when missing or unreadable."""
+    text = _read(path)
+    if text is None:
+        return {}
     try:
-        data = yaml.load(path.read_text(encoding="utf-8"), Loader=yaml.CSafeLoader)
-    except (OSError, yaml.YAMLError, AttributeError):
+        data = yaml.load(text, Loader=yaml.CSafeLoader)
+    except (yaml.YAMLError, AttributeError, ValueError):
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except (OSError, yaml.YAMLError):
+            data = yaml.safe_load(text)
+        except (yaml.YAMLError, ValueError):
             return {}
     return data if isinstance(data, dict) else {}
 
 
-def _read(path: Path) -> str | None:
+def _read(path: Path, not_utf8: list[str] | None = None) -> str | None:
+    """A small text file, None when missing or unreadable.
+
+    Bytes that are not UTF-8 are replaced; the file's path is then added to ``not_utf8``.
+    """
+    from itwin_report.store.artifacts import SkippedArtifact, read_capped
+
     try:
-        return path.read_text(encoding="utf-8")
-    except OSError:
+        data = read_capped(path)
+    except (OSError, SkippedArtifact):
         return None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        if not_utf8 is not None:
+            not_utf8.append(f"{path.parent.name}/{path.name}")
+        return data.decode("utf-8", errors="replace")
 
 
 class FileStoreReader:
@@ -55,6 +72,7 @@ class FileStoreReader:
         self.uri = uri
         self.root = require_file_store(uri)
         self._run_dirs: dict[str, list[Path]] = {}
+        self.warnings: list[str] = []
 
     def close(self) -> None:
         """Nothing to release."""
@@ -91,15 +109,25 @@ class FileStoreReader:
         except OSError as exc:
             raise StoreError(f"cannot read the file store at {self.root}: {exc}") from exc
 
-    def runs(self, experiment_id: Any) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """(live runs in the tree's raw layout, their worker params in long format)."""
+    def artifact_roots(self) -> list[str]:
+        """Artifact locations of the live experiments."""
+        return [
+            str(_meta(d / "meta.yaml").get("artifact_location") or "")
+            for _, _, d in self._experiment_dirs()
+        ]
+
+    def runs(
+        self, experiment_id: Any, param_keys: Sequence[str]
+    ) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """(live runs in the tree's raw layout, their ``param_keys`` params in long format)."""
         exp_dir = next(d for i, _, d in self._experiment_dirs() if i == experiment_id)
         rows, params = [], []
         self._run_dirs = {}
         for run_dir, meta in self._live_runs(exp_dir):
             run_id = str(meta.get("run_id") or meta.get("run_uuid"))
             self._run_dirs[run_id] = [run_dir]
-            name = meta.get("run_name") or _read(run_dir / "tags" / _RUN_NAME_TAG) or ""
+            odd: list[str] = []
+            name = meta.get("run_name") or _read(run_dir / "tags" / _RUN_NAME_TAG, odd) or ""
             status = meta.get("status", 1)
             param_dir = run_dir / "params"
             has_params = param_dir.is_dir() and any(param_dir.iterdir())
@@ -108,30 +136,35 @@ class FileStoreReader:
                     "run_id": run_id,
                     "name": str(name),
                     "status": _STATUS.get(status, str(status)),
-                    "parent_id": (_read(run_dir / "tags" / PARENT_TAG) or "").strip(),
+                    "parent_id": (_read(run_dir / "tags" / PARENT_TAG, odd) or "").strip(),
                     "artifact_uri": str(meta.get("artifact_uri") or ""),
                     "has_params": has_params,
                 }
             )
-            for key in WORKER_PARAMS:
-                value = _read(param_dir / key)
+            for key in param_keys:
+                value = _read(param_dir / key, odd)
                 if value is not None:
                     params.append({"run_id": run_id, "key": key, "value": value})
+            if odd:
+                self.warnings.append(
+                    f"run {str(name)!r} ({run_id[:8]}): {', '.join(odd)} not UTF-8 text; "
+                    "read with replacement characters"
+                )
         runs = pd.DataFrame(
             rows, columns=["run_id", "name", "status", "parent_id", "artifact_uri", "has_params"]
         )
         return runs, pd.DataFrame(params, columns=["run_id", "key", "value"])
 
     def metrics(self, experiment_id: Any, run_ids: Sequence[str], advance: Advance) -> pd.DataFrame:
-        """Points of :data:`METRIC_KEYS` logged by ``run_ids``, parsed in one pass."""
+        """Points of :data:`METRIC_KEYS` (and GPU system metrics) of ``run_ids``, in one pass."""
         del experiment_id
         lines: list[str] = []
         owners: list[tuple[str, str]] = []
         counts: list[int] = []
         for run_id in run_ids:
             for run_dir in self._run_dirs.get(run_id, []):
-                for key in METRIC_KEYS:
-                    text = _read(run_dir / "metrics" / key)
+                for key in [*METRIC_KEYS, *_system_keys(run_dir / "metrics")]:
+                    text = _read(run_dir / "metrics" / key, [])
                     if not text:
                         continue
                     points = [line for line in text.splitlines() if line.strip()]
@@ -141,15 +174,57 @@ class FileStoreReader:
             advance(len(METRIC_KEYS))
         if not lines:
             return pd.DataFrame(columns=["run_id", "key", "step", "value", "timestamp"])
+        table = _parse_points(lines)
+        repeat = np.asarray(counts)
+        table["run_id"] = np.repeat([o[0] for o in owners], repeat)
+        table["key"] = np.repeat([o[1] for o in owners], repeat)
+        bad = table["timestamp"].isna() | table["step"].isna()
+        if bad.any():
+            runs = [str(r)[:8] for r in table.loc[bad, "run_id"]]
+            self.warnings.append(
+                f"{int(bad.sum())} metric lines of the file store that do not read as "
+                f"'timestamp value step' were left out (runs {listed_names(runs)})"
+            )
+            table = table[~bad]
+        return table.astype({"timestamp": "int64", "step": "int64"})
+
+
+def _system_keys(metrics_dir: Path) -> list[str]:
+    """``system/gpu_*`` keys a run logged (MLflow's system metrics live in a subdirectory)."""
+    system = metrics_dir / "system"
+    try:
+        return [f"system/{p.name}" for p in sorted(system.iterdir()) if p.name.startswith("gpu_")]
+    except OSError:
+        return []
+
+
+def _parse_points(lines: list[str]) -> pd.DataFrame:
+    """``timestamp value [step]`` lines as columns; a line that does not parse gets NaNs."""
+    names = ["timestamp", "value", "step", "dataset", "digest"]
+    try:
         table = pd.read_csv(
             io.StringIO("\n".join(lines)),
             sep=" ",
             header=None,
-            names=["timestamp", "value", "step", "dataset", "digest"],
+            names=names,
             dtype={"timestamp": "int64", "value": "float64", "step": "float64"},
-        ).drop(columns=["dataset", "digest"])
-        repeat = np.asarray(counts)
-        table["run_id"] = np.repeat([o[0] for o in owners], repeat)
-        table["key"] = np.repeat([o[1] for o in owners], repeat)
-        table["step"] = table["step"].fillna(0).astype("int64")
-        return table
+        )
+        table["step"] = table["step"].fillna(0)
+        return table[["timestamp", "value", "step"]]
+    except (ValueError, pd.errors.ParserError):
+        pass  # a malformed line somewhere: parse each line on its own
+    rows: list[tuple[str | None, str | None, str | None]] = []
+    for line in lines:
+        fields = line.split(" ")
+        if not 2 <= len(fields) <= len(names):
+            rows.append((None, None, None))
+            continue
+        rows.append((fields[0], fields[1], fields[2] if len(fields) > 2 else "0"))
+    table = pd.DataFrame(rows, columns=["timestamp", "value", "step"])
+    for column in table.columns:
+        table[column] = pd.to_numeric(table[column], errors="coerce")
+    whole = table["timestamp"].notna() & table["step"].notna()
+    whole &= (table["timestamp"] % 1 == 0) & (table["step"] % 1 == 0)
+    text_value = table["value"].isna() & pd.Series([r[1] for r in rows]).ne("nan").to_numpy()
+    table.loc[~whole | text_value, ["timestamp", "step"]] = np.nan
+    return table

@@ -18,13 +18,14 @@ os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")
 os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
 
 import mlflow
-from mlflow.entities import Metric, Param, RunStatus, RunTag
+from mlflow.entities import Metric, Param, RunTag
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
 from itwin_report.errors import StoreError
-
-PARENT_TAG = "mlflow.parentRunId"
+from itwin_report.masking import mask_text
+from itwin_report.store.tree import PARENT_TAG
+from itwin_report.store.uri import FILE, store_kind
 
 # MLflow and alembic announce database creation and migrations at INFO on stderr.
 for _name in ("mlflow", "alembic"):
@@ -34,14 +35,9 @@ MAX_PARAMS_PER_BATCH = 100
 FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"
 
 
-def is_file_store(uri: str) -> bool:
-    """True for a plain path or ``file:`` URI (an MLflow file store)."""
-    return "://" not in uri or uri.startswith("file:")
-
-
 def allow_file_store(uri: str) -> None:
     """MLflow 3 refuses file stores unless told to allow them; do so for this process."""
-    if is_file_store(uri):
+    if store_kind(uri) == FILE:
         os.environ[FILE_STORE_ENV] = "true"
 
 
@@ -130,20 +126,37 @@ class RunWriter:
 # ---------------------------------------------------------------- reading
 
 RUNS_PAGE_SIZE = 1000
-HTTP_RETRY_ENV = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
+SYSTEM_GPU_PREFIX = "system/gpu_"
+# Defaults that end a report on a hanging server well within 60 s: 3 tries of 10 s each and
+# 0 + 2 s of backoff. MLflow's own variables, when set, win.
+HTTP_ENV_DEFAULTS = {
+    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
+    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "1",
+}
 
 
 def limit_http_retries() -> None:
-    """Bound MLflow's own HTTP retries (default: 7 with backoff) unless the user set them."""
-    for name, value in HTTP_RETRY_ENV.items():
+    """Bound MLflow's own HTTP timeouts and retries unless the user set them."""
+    for name, value in HTTP_ENV_DEFAULTS.items():
         os.environ.setdefault(name, value)
+
+
+def request_timeout() -> float:
+    """Seconds one HTTP request may take (``MLFLOW_HTTP_REQUEST_TIMEOUT``, else our default)."""
+    try:
+        return float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", ""))
+    except ValueError:
+        return float(HTTP_ENV_DEFAULTS["MLFLOW_HTTP_REQUEST_TIMEOUT"])
 
 
 def _translate(uri: str, what: str, exc: Exception) -> StoreError:
     from itwin_report.store.uri import mask_uri
 
-    message = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return StoreError(f"cannot {what} in {mask_uri(uri)}: {message}")
+    text = str(exc).strip()
+    message = text.splitlines()[0] if text else type(exc).__name__
+    return StoreError(mask_text(f"cannot {what} in {mask_uri(uri)}: {message}"))
 
 
 def list_experiments(uri: str) -> list[tuple[str, str, int]]:
@@ -167,7 +180,7 @@ def list_experiments(uri: str) -> list[tuple[str, str, int]]:
             some = mlc.search_runs([exp.experiment_id], max_results=1) if len(exps) > 1 else [1]
             out.append((str(exp.experiment_id), str(exp.name), 1 if some else 0))
         return out
-    except MlflowException as exc:
+    except (MlflowException, OSError) as exc:
         raise _translate(uri, "list experiments", exc) from exc
 
 
@@ -196,7 +209,7 @@ def search_all_runs(
             token = page.token
             if not token:
                 return rows
-    except MlflowException as exc:
+    except (MlflowException, OSError) as exc:
         raise _translate(uri, "search runs", exc) from exc
 
 
@@ -210,7 +223,9 @@ def _run_dict(run: Any, param_keys: Sequence[str], metric_keys: Sequence[str]) -
         "parent_id": run.data.tags.get(PARENT_TAG, ""),
         "has_params": bool(params),
         "params": {k: params[k] for k in param_keys if k in params},
-        "metric_keys": [k for k in metric_keys if k in run.data.metrics],
+        "metric_keys": [
+            k for k in run.data.metrics if k in metric_keys or k.startswith(SYSTEM_GPU_PREFIX)
+        ],
     }
 
 
@@ -218,7 +233,7 @@ def metric_history(uri: str, run_id: str, key: str) -> list[tuple[int, float, in
     """All ``(step, value, timestamp)`` points of one metric (the client pages through them)."""
     try:
         points = client(uri).get_metric_history(run_id, key)
-    except MlflowException as exc:
+    except (MlflowException, OSError) as exc:
         raise _translate(uri, f"read metric {key} of run {run_id}", exc) from exc
     return [(int(m.step), float(m.value), int(m.timestamp)) for m in points]
 
@@ -249,13 +264,6 @@ def _is_missing(exc: Exception) -> bool:
     )
 
 
-def terminal_statuses() -> Sequence[str]:
-    """Run statuses that mean the run is over."""
-    return [
-        RunStatus.to_string(s) for s in (RunStatus.FINISHED, RunStatus.FAILED, RunStatus.KILLED)
-    ]
-
-
 def default_artifact_location(uri: str, experiment_name: str) -> str | None:
     """For a local sqlite store, keep artifacts beside the database, not in the cwd."""
     if uri.startswith("sqlite:///"):
@@ -272,12 +280,10 @@ __all__ = [
     "client",
     "default_artifact_location",
     "download_artifact",
-    "is_file_store",
     "limit_http_retries",
     "list_experiments",
     "metric_history",
     "mlflow",
     "mlflow_exception",
     "search_all_runs",
-    "terminal_statuses",
 ]

@@ -99,7 +99,7 @@ def _problems(cands: pd.DataFrame) -> pd.Series:
     size = _as_int(cands["global_world_size"])
     rank = _as_int(cands["global_rank"])
     checks = [
-        (cands["strategy"].isna() | (cands["strategy"].fillna("") == ""), "no strategy param"),
+        (cands["strategy"].isna() | (cands["strategy"].astype(object) == ""), "no strategy param"),
         (cands["global_world_size"].isna(), "no global_world_size param"),
         (cands["global_world_size"].notna() & size.isna(), "global_world_size is not an integer"),
         (size.notna() & (size < 1), "global_world_size is below 1"),
@@ -181,6 +181,10 @@ def select_workers(
             f"skipped {_describe(row)}: no strategy/global_world_size/global_rank params"
         )
     cands = leaves[is_cand].copy()
+    # a worker alone in its job (a flat run, a single child) is rank 0 when it logs no rank
+    job = cands["parent_id"].where(cands["parent_id"] != "", cands["run_id"])
+    alone = job.map(job.value_counts()) == 1
+    cands.loc[alone & cands["global_rank"].isna(), "global_rank"] = "0"
     problems = _problems(cands)
     for (_, row), text in zip(cands.iterrows(), problems, strict=True):
         if text:

@@ -15,15 +15,15 @@ from itwin_report.masking import mask_uri
 
 DEFAULT_TRACKING_URI = "sqlite:///mllogs/mlflow.db"
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
-ITWINAI_FILE_STORE = "mllogs/mlflow"
 
 SQLITE = "sqlite"
 SQL = "sql"  # postgresql, mysql, mssql through sqlalchemy
 HTTP = "http"
 FILE = "file"
-OTHER = "other"  # databricks and other schemes the MLflow client understands
+OTHER = "other"  # databricks, read through the MLflow client
 
-_SQL_SCHEMES = ("postgresql", "mysql", "mssql")
+_SQL_SCHEMES = ("postgresql", "postgres", "mysql", "mssql")
+_OTHER_SCHEMES = ("databricks", "databricks-uc", "uc")
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
@@ -34,19 +34,25 @@ def resolve_tracking_uri(uri: str | None) -> str:
 
 
 def store_kind(uri: str) -> str:
-    """One of SQLITE, SQL, HTTP, FILE, OTHER."""
-    if uri == "databricks" or uri.startswith("databricks:"):
-        return OTHER
-    if "://" not in uri or uri.startswith("file:"):
-        return FILE
+    """One of SQLITE, SQL, HTTP, FILE, OTHER: the one place a URI's kind is decided.
+
+    An unknown scheme (``ftp://``) is a StoreError.
+    """
     scheme = uri.split(":", 1)[0].lower()
+    if scheme in _OTHER_SCHEMES:
+        return OTHER
+    if "://" not in uri or scheme == "file":
+        return FILE
     if scheme == "sqlite":
         return SQLITE
     if scheme.split("+", 1)[0] in _SQL_SCHEMES:
         return SQL
     if scheme in ("http", "https"):
         return HTTP
-    return OTHER
+    raise StoreError(
+        f"unsupported tracking URI scheme {scheme!r} in {mask_uri(uri)}; use sqlite:///FILE, "
+        "postgresql://, mysql://, mssql://, http(s)://, databricks, or a file-store path"
+    )
 
 
 def sqlite_path(uri: str) -> Path:
@@ -101,3 +107,36 @@ def require_file_store(uri: str) -> Path:
     if not path.is_dir():
         raise StoreError(f"no MLflow file store at {path} (tracking URI {mask_uri(uri)})")
     return path
+
+
+def store_paths(uri: str) -> list[Path]:
+    """Local files and directories that make up the store itself (none for a server)."""
+    kind = store_kind(uri)
+    if kind == FILE:
+        return [file_store_path(uri)]
+    if kind == SQLITE:
+        db = sqlite_path(uri)
+        return [db, *(Path(f"{db}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+    return []
+
+
+def _same_or_inside(path: Path, protected: Path) -> bool:
+    """True when ``path`` is ``protected`` (also through links) or lies below it."""
+    try:
+        if path.exists() and protected.exists() and path.samefile(protected):
+            return True
+    except OSError:
+        pass
+    return path.resolve().is_relative_to(protected.resolve())
+
+
+def output_conflict(outputs: dict[str, Path], protected: list[Path]) -> str | None:
+    """A message when an output (``{option: path}``) would write into the store, else None."""
+    for option, path in outputs.items():
+        for guarded in protected:
+            if _same_or_inside(path, guarded):
+                return (
+                    f"{option} {path} would write into the tracking store ({guarded}); "
+                    "choose a path outside it"
+                )
+    return None

@@ -1,0 +1,75 @@
+"""CSV and JSON: every table's columns (from :mod:`itwin_report.tables`), values unformatted.
+
+Text values are masked; CSV protects text cells that a spreadsheet would run as formulas,
+JSON keeps the raw text.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from itwin_report.masking import mask_text, mask_uri
+from itwin_report.render.safe import csv_text
+from itwin_report.tables import DTYPES, TABLES, is_missing
+
+if TYPE_CHECKING:
+    from itwin_report.report import Report
+
+INTEGER_COLUMNS = [name for name, dtype in DTYPES.items() if dtype == "int64"]
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe scalar: numpy -> Python, NaN/None -> None, text masked."""
+    if hasattr(value, "item"):
+        value = value.item()
+    if is_missing(value):
+        return None
+    if isinstance(value, str):
+        return mask_text(value)
+    return value
+
+
+def report_to_dict(report: Report) -> dict[str, Any]:
+    """The report as a JSON-ready object (NaN -> None, integer columns int, text masked)."""
+    out: dict[str, Any] = {
+        "experiment": mask_text(report.experiment),
+        "tracking_uri": mask_uri(report.tracking_uri),
+        "warmup_epochs": int(report.warmup_epochs),
+    }
+    for spec in TABLES:
+        records = getattr(report, spec.name).astype(object).to_dict("records")
+        rows = []
+        for rec in records:
+            row = {col.key: _plain(rec[col.name]) for col in spec.columns}
+            for col in spec.columns:
+                if col.dtype == "int64" and row[col.key] is not None:
+                    row[col.key] = int(row[col.key])
+            rows.append(row)
+        out[spec.name] = rows
+    out["warnings"] = [mask_text(w) for w in report.warnings]
+    return out
+
+
+def write_json(report: Report) -> str:
+    return json.dumps(report_to_dict(report), indent=2) + "\n"
+
+
+def write_csv(report: Report) -> str:
+    """All tables in one CSV: a ``table`` column, then the union of the tables' columns."""
+    import pandas as pd
+
+    columns: list[str] = ["table"]
+    rows: list[dict[str, Any]] = []
+    for spec in TABLES:
+        columns += [c for c in spec.names if c not in columns]
+        text_columns = [c.name for c in spec.columns if c.is_text]
+        for rec in getattr(report, spec.name).astype(object).to_dict("records"):
+            for name in text_columns:
+                if isinstance(rec[name], str):
+                    rec[name] = csv_text(mask_text(rec[name]))
+            rows.append({"table": spec.name, **rec})
+    out = pd.DataFrame(rows, columns=columns)
+    for name in INTEGER_COLUMNS:
+        out[name] = pd.to_numeric(out[name]).astype("Int64")
+    return str(out.to_csv(index=False, lineterminator="\n"))

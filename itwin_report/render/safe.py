@@ -1,0 +1,58 @@
+"""Store values are text: escape them for the place they are written, never interpret them.
+
+* terminal (plain and rich tables, warnings): control characters (C0, DEL, C1), bidi
+  overrides/isolates and line separators are shown as escapes (``\\x1b``, ``\\n``,
+  ``\\u202e``), so a value can neither move the cursor, colour the screen, reorder text nor
+  add a line;
+* markdown: the same, then backslashes, ``|`` (in cells), the characters that start emphasis,
+  code or links, and HTML (``<``, ``>``, ``&``) are escaped;
+* CSV: text cells starting with ``= + - @``, a tab or a carriage return get a leading ``'``
+  so spreadsheets do not run them as formulas (numbers are written as numbers);
+* JSON keeps the raw value.
+
+Light module: standard library only.
+"""
+
+from __future__ import annotations
+
+import re
+
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# C0, DEL, C1; Arabic letter mark; LRM/RLM; line/paragraph separators; bidi embeddings,
+# overrides and isolates; BOM
+_UNSAFE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028\u2029\u202a-\u202e\u2066-\u2069\ufeff]"
+)
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]#])")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group(0)
+    if char in _NAMED:
+        return _NAMED[char]
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def terminal(value: str) -> str:
+    """``value`` with every control, bidi and line-separator character written as an escape."""
+    return _UNSAFE.sub(_escape_char, value)
+
+
+def markdown(value: str, cell: bool = False) -> str:
+    """``value`` safe as markdown text (``cell``: also inside a table cell)."""
+    out = _MD_SPECIAL.sub(r"\\\1", terminal(value))
+    out = "".join(_HTML.get(c, c) for c in out)
+    return out.replace("|", "\\|") if cell else out
+
+
+def markdown_code(value: str) -> str:
+    """``value`` as an inline code span (control characters escaped, no backtick inside)."""
+    return "`" + terminal(value).replace("`", "%60") + "`"
+
+
+def csv_text(value: str) -> str:
+    """A text cell that a spreadsheet shows as text, never runs as a formula."""
+    return "'" + value if value.startswith(_FORMULA_START) else value

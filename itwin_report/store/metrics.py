@@ -1,0 +1,84 @@
+"""The loader's tidy step for metric points: system metrics mapped, duplicates dropped, sorted.
+
+MLflow's own system metrics (``mlflow.enable_system_metrics_logging()``) log
+``system/gpu_<i>_power_usage_watts`` and ``system/gpu_<i>_utilization_percentage`` for every
+GPU the process sees. They stand in for itwinai's ``gpu_power_W`` and
+``gpu_utilization_percent`` in a run that lacks those: a rank's own GPU is taken to be the
+``rank % n``-th of the ``n`` GPUs its run logged.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from itwin_report.schema import GPU_POWER, GPU_UTIL, METRIC_COLUMNS, METRIC_KEYS, conform
+from itwin_report.store.tree import listed_names
+
+SYSTEM_KEYS = {"power_usage_watts": GPU_POWER, "utilization_percentage": GPU_UTIL}
+_SYSTEM_PATTERN = r"^system/gpu_(\d+)_(power_usage_watts|utilization_percentage)$"
+
+
+def system_gpu_points(metrics: pd.DataFrame, ranks: pd.Series) -> pd.DataFrame:
+    """Points of MLflow's GPU system metrics as ``gpu_power_W``/``gpu_utilization_percent``.
+
+    ``ranks`` maps run id to rank. Only the rank's own GPU is kept (see the module docs).
+    """
+    system = metrics[metrics["key"].astype(str).str.startswith("system/")]
+    parts = system["key"].astype(str).str.extract(_SYSTEM_PATTERN)
+    system = system[parts[0].notna()].assign(
+        gpu=parts[0].dropna().astype("int64"), kind=parts[1].dropna().map(SYSTEM_KEYS)
+    )
+    if system.empty:
+        return system.iloc[:0][list(METRIC_COLUMNS)]
+    columns = ["run_id", "kind", "gpu"]
+    gpus = system[columns].drop_duplicates().sort_values(columns)
+    by = gpus.groupby(["run_id", "kind"], sort=False, observed=True)
+    gpus["position"] = by.cumcount()
+    gpus["count"] = by["gpu"].transform("size")
+    rank = gpus["run_id"].astype(str).map(ranks).fillna(0).astype("int64")
+    chosen = gpus[gpus["position"] == rank % gpus["count"]][["run_id", "kind", "gpu"]]
+    kept = system.merge(chosen, on=["run_id", "kind", "gpu"])
+    return kept.assign(key=kept["kind"])[list(METRIC_COLUMNS)]
+
+
+def tidy_metrics(metrics: pd.DataFrame, workers: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """(metrics in the schema's columns, sorted by run, key, step, timestamp, value; warnings).
+
+    System GPU metrics fill in for runs without itwinai's GPU keys; a duplicated
+    (run, key, step) keeps its latest point, with one warning naming the runs.
+    """
+    is_report_key = metrics["key"].isin(list(METRIC_KEYS))
+    main = metrics[is_report_key]
+    if not is_report_key.all():
+        ranks = pd.Series(workers["rank"].to_numpy(), index=workers["run_id"].astype(str))
+        system = system_gpu_points(metrics[~is_report_key], ranks)
+        have = set(zip(main["run_id"].astype(str), main["key"].astype(str), strict=True))
+        pairs = zip(system["run_id"].astype(str), system["key"].astype(str), strict=True)
+        system = system[[pair not in have for pair in pairs]]
+        main = pd.concat([main.astype({"run_id": object, "key": object}), system])
+    run = pd.Categorical(main["run_id"].astype(str))
+    key = pd.Categorical(main["key"].astype(str))
+    order = np.lexsort(
+        (
+            main["value"].to_numpy(dtype="float64"),
+            main["timestamp"].to_numpy(dtype="int64"),
+            main["step"].to_numpy(dtype="int64"),
+            key.codes,
+            run.codes,
+        )
+    )
+    ordered = main.iloc[order]
+    codes = pd.DataFrame(
+        {"r": run.codes[order], "k": key.codes[order], "s": ordered["step"].to_numpy()}
+    )
+    repeated = codes.duplicated(keep="last").to_numpy()
+    warnings = []
+    if repeated.any():
+        runs = [str(r)[:8] for r in ordered.loc[repeated, "run_id"].astype(str)]
+        warnings.append(
+            f"{int(repeated.sum())} metric points repeat a (run, key, step) already logged; "
+            f"the latest of each was kept (runs {listed_names(runs)})"
+        )
+        ordered = ordered[~repeated]
+    return conform(ordered, METRIC_COLUMNS, "metrics"), warnings

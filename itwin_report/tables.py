@@ -1,0 +1,216 @@
+"""One definition per report table: its columns, dtypes, headers, formats and JSON names.
+
+Aggregation builds its frames from these specs (column order and dtypes of an empty table),
+every renderer reads headers, formats and alignment from them, and the JSON writer the names.
+A column with ``header=None`` is kept in the frame, CSV and JSON, but not shown as a table
+column (the throughput ``evidence`` is printed as a list under its table).
+
+Light module: standard library only, so ``--help`` stays fast.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+MISSING = "n/a"
+
+Formatter = Callable[[Any], str]
+
+
+def is_missing(value: Any) -> bool:
+    """None or NaN (float, numpy or pandas)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except (TypeError, ValueError):
+        return False
+
+
+def number(fmt: str, unit: str = "") -> Formatter:
+    """Formatter: ``format(value, fmt) + unit``, ``n/a`` when missing."""
+
+    def show(value: Any) -> str:
+        if is_missing(value):
+            return MISSING
+        return format(float(value), fmt) + unit
+
+    return show
+
+
+def percent_of_fraction(value: Any) -> str:
+    """0.8 -> ``80.0 %``."""
+    return MISSING if is_missing(value) else format(float(value) * 100, ".1f") + " %"
+
+
+def flag(value: Any) -> str:
+    """True/False -> ``yes``/``no``; ``n/a`` when undecided."""
+    return MISSING if is_missing(value) else ("yes" if bool(value) else "no")
+
+
+def text(value: Any) -> str:
+    return MISSING if is_missing(value) else str(value)
+
+
+def integer(value: Any) -> str:
+    return MISSING if is_missing(value) else str(int(value))
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column: frame name, pandas dtype, header (None: not a table column), format."""
+
+    name: str
+    dtype: str
+    header: str | None
+    fmt: Formatter = text
+    right: bool = True
+    json_name: str = ""
+    description: str = ""
+
+    @property
+    def key(self) -> str:
+        """The name used in JSON output."""
+        return self.json_name or self.name
+
+    @property
+    def is_text(self) -> bool:
+        """A column holding text from the store or the report (never a number)."""
+        return self.dtype == "str"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    """A report table: name (the Report attribute), heading, message when empty, columns."""
+
+    name: str
+    heading: str
+    empty: str
+    columns: tuple[Column, ...]
+
+    @property
+    def names(self) -> list[str]:
+        return [c.name for c in self.columns]
+
+    @property
+    def dtypes(self) -> dict[str, str]:
+        return {c.name: c.dtype for c in self.columns}
+
+    @property
+    def shown(self) -> tuple[Column, ...]:
+        """The columns printed in a table, in order."""
+        return tuple(c for c in self.columns if c.header is not None)
+
+    def column(self, name: str) -> Column:
+        for col in self.columns:
+            if col.name == name:
+                return col
+        raise KeyError(name)
+
+
+def _key_columns() -> tuple[Column, ...]:
+    return (
+        Column("strategy", "str", "Strategy", text, right=False, description="Strategy name."),
+        Column("workers", "int64", "Workers", integer, description="GPUs (world size)."),
+        Column("runs", "int64", "Runs", integer, description="Jobs pooled in the row."),
+    )
+
+
+SECONDS = number(".2f", " s")
+SPEEDUP = number(".2f", "x")
+
+EPOCH_TIME = TableSpec(
+    "epoch_time",
+    "Epoch time",
+    "No epoch time data found.",
+    (
+        *_key_columns(),
+        Column("epochs", "int64", "Epochs", integer, description="Epochs after warm-up."),
+        Column(
+            "avg_epoch_time_s", "float64", "Avg epoch time", SECONDS, description="Pooled mean."
+        ),
+        Column(
+            "std_epoch_time_s",
+            "float64",
+            "Std between runs",
+            SECONDS,
+            description="Standard deviation of the per-run means.",
+        ),
+        Column("speedup", "float64", "Speedup", SPEEDUP, description="t(base) / t(workers)."),
+        Column(
+            "efficiency",
+            "float64",
+            "Efficiency",
+            percent_of_fraction,
+            description="speedup * base workers / workers.",
+        ),
+    ),
+)
+
+GPU = TableSpec(
+    "gpu",
+    "GPU energy and utilization",
+    "No GPU data found.",
+    (
+        *_key_columns(),
+        Column("energy_wh", "float64", "Energy per run", number(".1f", " Wh")),
+        Column("energy_wh_per_epoch", "float64", "Energy per epoch", number(".2f", " Wh")),
+        Column("utilization_pct", "float64", "Utilization", number(".1f", " %")),
+        Column("avg_power_w", "float64", "Avg power per GPU", number(".1f", " W")),
+    ),
+)
+
+COMPUTATION = TableSpec(
+    "computation",
+    "Computation vs other",
+    "No profiler data found.",
+    (
+        *_key_columns(),
+        Column("computation_fraction", "float64", "Computation", percent_of_fraction),
+        Column("communication_fraction", "float64", "Communication", percent_of_fraction),
+    ),
+)
+
+THROUGHPUT = TableSpec(
+    "throughput",
+    "Throughput",
+    "No throughput data found.",
+    (
+        *_key_columns(),
+        Column("samples_per_sec", "float64", "Samples/s", number(".1f")),
+        Column("samples_per_sec_per_gpu", "float64", "Per GPU", number(".1f")),
+        Column("speedup", "float64", "Speedup", SPEEDUP),
+        Column("efficiency", "float64", "Efficiency", percent_of_fraction),
+        Column("est_samples_per_sec", "float64", "Estimate", number(".1f")),
+        Column("achieved_fraction", "float64", "Achieved", percent_of_fraction),
+        Column("input_bound", "object", "Input-bound", flag, right=False),
+        Column("source", "str", "Source", text, right=False),
+        Column("evidence", "str", None, text, right=False),
+    ),
+)
+
+TABLES: tuple[TableSpec, ...] = (EPOCH_TIME, GPU, COMPUTATION, THROUGHPUT)
+"""The report's tables, in the order they are printed."""
+
+SPECS: dict[str, TableSpec] = {spec.name: spec for spec in TABLES}
+TABLE_NAMES: tuple[str, ...] = tuple(SPECS)
+
+
+def spec(name: str) -> TableSpec:
+    """The spec of table ``name``."""
+    return SPECS[name]
+
+
+def _dtypes() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for table in TABLES:
+        for col in table.columns:
+            if out.setdefault(col.name, col.dtype) != col.dtype:
+                raise TypeError(f"column {col.name!r} has two dtypes")
+    return out
+
+
+DTYPES: dict[str, str] = _dtypes()
+"""Every report column's dtype (a name means the same in every table)."""
