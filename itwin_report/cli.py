@@ -232,7 +232,11 @@ def generate_scalability_report(
 
     rate = _parse_rate_config(rate_config)
     uri = store.resolve_tracking_uri(tracking_uri)
-    outputs = {"--output": output, "--plot-dir": None if no_plots else plot_dir}
+    outputs = {
+        "--output": output,
+        "--html": html_path,
+        "--plot-dir": None if no_plots else plot_dir,
+    }
     conflict = store.check_outputs(uri, outputs)
     if conflict:
         raise _Failure(conflict, EXIT_USAGE)

@@ -372,3 +372,16 @@ def test_page_date_is_injected() -> None:
     assert page_time({"SOURCE_DATE_EPOCH": "86400"}) == datetime(1970, 1, 2, tzinfo=UTC)
     before = datetime.now(UTC)
     assert before <= page_time({"SOURCE_DATE_EPOCH": "soon"}) <= datetime.now(UTC)
+
+
+def test_html_never_overwrites_the_store(tmp_path: Path) -> None:
+    from itwin_report.store import mlflow_api
+
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    w = mlflow_api.RunWriter(uri)
+    w.experiment_id("e", mlflow_api.default_artifact_location(uri, "e"))
+    before = db.read_bytes()
+    code, _, err = invoke(REPORT, "--tracking-uri", uri, "-e", "e", "--html", str(db), "-q")
+    assert code == 2 and err.startswith("Error:") and "--html" in err
+    assert db.read_bytes() == before
