@@ -283,7 +283,7 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 def _html_page(report: Any, data: Any) -> str:
-    from itwin_report.html import page_context, page_plots, page_time, render_html
+    from itwin_report.render.html import page_context, page_plots, page_time, render_html
 
     context = page_context(data, __version__, page_time(os.environ))
     return render_html(report, context, page_plots(report))

@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from test_report_builders import make_data, metric, profile, run
 
 from itwin_report.cli import main
-from itwin_report.html import PageContext, page_context, page_plots, page_time, render_html
+from itwin_report.render.html import PageContext, page_context, page_plots, page_time, render_html
 from itwin_report.report import build_report
 from itwin_report.tables import TABLES
 
@@ -360,7 +360,7 @@ def test_page_modules_stay_light() -> None:
     import sys
 
     code = (
-        "import sys, itwin_report.html, itwin_report.plots, itwin_report.summary\n"
+        "import sys, itwin_report.render.html, itwin_report.plots, itwin_report.render.summary\n"
         "heavy = ('mlflow', 'pandas', 'matplotlib', 'numpy')\n"
         "print(','.join(m for m in heavy if m in sys.modules))"
     )

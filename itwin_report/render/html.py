@@ -128,7 +128,7 @@ def render_html(report: Report, context: PageContext, plots: PagePlots | None = 
 
 
 def _summary(report: Report) -> list[str]:
-    from itwin_report.summary import summary_sentences
+    from itwin_report.render.summary import summary_sentences
 
     return summary_sentences(report)
 
@@ -242,7 +242,7 @@ def _warnings_by_table(warnings: list[str]) -> tuple[dict[str, list[str]], list[
 
 
 def _methods(report: Report, footer: str) -> str:
-    from itwin_report.summary import COLUMN_NOTES, methods_paragraphs
+    from itwin_report.render.summary import COLUMN_NOTES, methods_paragraphs
     from itwin_report.tables import TABLES
 
     parts = [f"<p>{text(p)}</p>" for p in methods_paragraphs(report, footer)]
