@@ -243,3 +243,13 @@ def test_svg_keeps_text_as_escaped_text() -> None:
     other = figure_svg(make_figures(rep)["speedup"], "speedup")
     ids = set(re.findall(r'id="([^"]+)"', svg))
     assert ids and not ids & set(re.findall(r'id="([^"]+)"', other))
+
+
+def test_throughput_ideal_agrees_with_table_efficiency(figs) -> None:
+    rep, figures = figs
+    lines = line_data(figures["throughput"].axes[0])
+    for rec in rep.throughput.to_dict("records"):
+        xs, ys = lines[f"{rec['strategy']} ideal"]
+        if rec["workers"] == xs[-1]:
+            # the table's efficiency = measured / ideal at the same worker count
+            assert rec["samples_per_sec"] / ys[-1] == pytest.approx(rec["efficiency"])
