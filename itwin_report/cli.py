@@ -252,15 +252,15 @@ def generate_scalability_report(
     report = build_report(
         data, warmup_epochs=warmup_epochs, rate_config=rate, throughput_source=throughput_source
     )
-    page = None
-    if fmt == "html" or html_path is not None:
-        page = _html_page(report, data)
-    text = page if fmt == "html" and page else render(report, fmt, styled=_styled(fmt, output))
+    want_page = fmt == "html" or html_path is not None
+    plots = _plots(report) if want_page or not no_plots else None
+    page = _html_page(report, data, plots) if want_page else ""
+    text = page if fmt == "html" else render(report, fmt, styled=_styled(fmt, output))
     _emit(text, output)
-    if html_path is not None and page is not None:
+    if html_path is not None:
         _emit(page, html_path)
     if not no_plots:
-        _save_plots(report, plot_dir, plot_format, quiet)
+        _save_plots(plots, plot_dir, plot_format, quiet)
     if fail_under_efficiency is not None:
         failing = below_efficiency(report, fail_under_efficiency)
         if len(failing):
@@ -282,17 +282,23 @@ def _emit(text: str, output: Path | None) -> None:
         raise ReportError(f"cannot write {output}: {exc.strerror}") from None
 
 
-def _html_page(report: Any, data: Any) -> str:
+def _plots(report: Any) -> Any:
+    """The report's figures, built once for the page and the plot files."""
+    from itwin_report.plots import plot_report
+
+    return plot_report(report)
+
+
+def _html_page(report: Any, data: Any, plots: Any) -> str:
     from itwin_report.render.html import page_context, page_plots, page_time, render_html
 
     context = page_context(data, __version__, page_time(os.environ))
-    return render_html(report, context, page_plots(report))
+    return render_html(report, context, page_plots(plots))
 
 
-def _save_plots(report: Any, plot_dir: Path, plot_format: str, quiet: bool) -> None:
-    from itwin_report.plots import plot_report, save_figures
+def _save_plots(plots: Any, plot_dir: Path, plot_format: str, quiet: bool) -> None:
+    from itwin_report.plots import save_figures
 
-    plots = plot_report(report)
     paths = save_figures(plots.figures, plot_dir, plot_format)
     if not quiet:
         missing = "; ".join(f"{name}: {why}" for name, why in plots.missing.items())

@@ -20,6 +20,7 @@ from itwin_report.masking import mask_text, mask_uri
 from itwin_report.render.safe import terminal
 
 if TYPE_CHECKING:
+    from itwin_report.plots import PlotSet
     from itwin_report.render.layout import Table as TableBlock
     from itwin_report.render.layout import Title as TitleBlock
     from itwin_report.report import Report
@@ -87,15 +88,17 @@ def page_context(data: RunData, version: str, generated_at: datetime) -> PageCon
     )
 
 
-def page_plots(report: Report) -> PagePlots:
-    """Every figure of ``report`` as inline SVG (figures are cleared once drawn)."""
-    from itwin_report.plots import figure_svg, plot_report
+def page_plots(source: Report | PlotSet) -> PagePlots:
+    """Every figure as inline SVG: of a report (its figures are cleared once drawn), or of
+    figures already built (left as they are, to be saved as files too)."""
+    from itwin_report.plots import PlotSet, figure_svg, plot_report
 
-    plots = plot_report(report)
+    plots = source if isinstance(source, PlotSet) else plot_report(source)
     out = PagePlots(missing=dict(plots.missing))
     for name, fig in plots.figures.items():
         out.svg[name] = figure_svg(fig, name)
-        fig.clear()
+        if plots is not source:
+            fig.clear()
     return out
 
 
