@@ -66,7 +66,8 @@ def build_store() -> None:
     if DB.exists():
         return
     sys.path.insert(0, str(ROOT.parent))
-    from itwin_report.store.mlflow_api import RunWriter, default_artifact_location
+    from itwin_report.emulator.mlflow_writer import RunWriter
+    from itwin_report.emulator.mlflow_writer import artifact_location as default_artifact_location
 
     OUT.mkdir(parents=True, exist_ok=True)
     writer = RunWriter(URI)

@@ -7,10 +7,13 @@ commands import the loader, the report and the plots when they run.
 from __future__ import annotations
 
 import json
+import math
 import os
+import signal
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -18,29 +21,89 @@ import click
 
 from itwin_report import __version__
 from itwin_report.emulator.command import emulate_command
-from itwin_report.errors import EXIT_ERROR, EXIT_USAGE, GateFailed, ReportError
+from itwin_report.errors import (
+    EXIT_ERROR,
+    EXIT_SIGINT,
+    EXIT_USAGE,
+    GateFailed,
+    Interrupted,
+    ReportError,
+)
+from itwin_report.masking import mask_text
 from itwin_report.render import FORMATS
 
 DEBUG_ENV = "ITWIN_REPORT_DEBUG"
+_HELP_ON_NO_ARGS: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", click.UsageError)
 
 
 class _Failure(click.ClickException):
-    """A ReportError on its way out: ``Error: <message>`` on stderr and the error's exit code."""
+    """A ReportError on its way out: ``Error: <message>`` on stderr and the error's exit code.
+
+    The message is masked and kept to one line.
+    """
 
     def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
+        super().__init__(_one_line(message))
         self.exit_code = exit_code  # type: ignore[misc]
 
 
+def _one_line(message: str) -> str:
+    """A masked message on one line (line breaks of wrapped errors joined with ' / ')."""
+    lines = [line.strip() for line in mask_text(message).splitlines() if line.strip()]
+    return " / ".join(lines)
+
+
+def _on_sigterm(signum: int, _frame: Any) -> None:
+    raise Interrupted(signum, "SIGTERM")
+
+
+@contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While a command runs, SIGTERM unwinds the stack like Ctrl-C (temporary files go)."""
+    try:
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _usage_failure(exc: click.UsageError, ctx: click.Context) -> _Failure:
+    """A usage error as one line (not usage + hint + error), exit code 2."""
+    where = exc.ctx.command_path if exc.ctx else ctx.command_path
+    return _Failure(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
+
+
 class _Group(click.Group):
-    """Turns the project's exceptions into one-line errors with documented exit codes."""
+    """Turns the project's exceptions into one-line masked errors with documented exit codes."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except _HELP_ON_NO_ARGS:  # no command given: the help text, as usual
+            raise
+        except click.UsageError as exc:
+            raise _usage_failure(exc, ctx) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            with _sigterm_unwinds():
+                return super().invoke(ctx)
         except ReportError as exc:
             raise _Failure(str(exc), exc.exit_code) from None
-        except (click.ClickException, click.exceptions.Exit, click.Abort, KeyboardInterrupt):
+        except KeyboardInterrupt:
+            raise _Failure("interrupted by SIGINT", EXIT_SIGINT) from None
+        except Interrupted as exc:
+            raise _Failure(f"interrupted by {exc.name}", exc.exit_code) from None
+        except click.UsageError as exc:
+            raise _usage_failure(exc, ctx) from None
+        except click.ClickException as exc:
+            exc.message = _one_line(exc.message)  # type: ignore[misc]
+            raise
+        except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:  # a bug, not user input: keep it to one line unless debugging
             if os.environ.get(DEBUG_ENV):
@@ -59,8 +122,13 @@ def main() -> None:
       itwin-report emulate
       itwin-report generate-scalability-report --experiment-name emulated-cluster
 
-    Exit codes: 0 success, 1 error (bad input, unreachable store), 2 bad usage,
-    3 --fail-under-efficiency found a configuration below the threshold.
+    \b
+    Exit codes:
+      0    success
+      1    error (bad input, unreachable store, unreadable data)
+      2    bad usage (unknown option, bad option value)
+      3    --fail-under-efficiency found a configuration below the threshold
+      130  interrupted (Ctrl-C); 143 terminated (SIGTERM): no partial file is left
     """
 
 
@@ -73,11 +141,31 @@ def _parse_rate_config(value: str | None) -> tuple[str, int] | None:
     if not value:
         return None
     strategy, sep, workers = value.rpartition(":")
-    if not sep or not strategy or not workers.isdigit():
+    ok = sep and strategy and workers.isascii() and workers.isdigit() and int(workers) > 0
+    if not ok:
         raise click.BadParameter(
-            "expected STRATEGY:WORKERS, e.g. horovod:8", param_hint="--rate-config"
+            "expected STRATEGY:WORKERS with WORKERS > 0, e.g. horovod:8",
+            param_hint="--rate-config",
         )
     return strategy, int(workers)
+
+
+class _Threshold(click.ParamType):
+    """A finite number >= 0 (``nan`` and ``inf`` are bad usage, not a gate that always passes)."""
+
+    name = "X"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            number = value
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or number < 0:
+            self.fail(f"{value!r} is not a finite number >= 0", param, ctx)
+        return number
 
 
 def _styled(fmt: str, output: Path | None) -> bool:
@@ -151,7 +239,7 @@ def _styled(fmt: str, output: Path | None) -> bool:
 @click.option("--no-plots", is_flag=True, help="Do not write plots.")
 @click.option(
     "--fail-under-efficiency",
-    type=click.FloatRange(min=0),
+    type=_Threshold(),
     metavar="X",
     help="Exit with code 3 when any configuration's parallel efficiency is below X (e.g. 0.7).",
 )
@@ -272,14 +360,16 @@ def generate_scalability_report(
 
 
 def _emit(text: str, output: Path | None) -> None:
-    """Print ``text`` or write it to ``output``."""
+    """Print ``text`` or write it to ``output`` (whole or not at all)."""
     if output is None:
         click.echo(text, nl=not text.endswith("\n"))
         return
+    from itwin_report import atomic
+
     try:
-        output.write_text(text, encoding="utf-8")
+        atomic.write_text(output, text)
     except OSError as exc:
-        raise ReportError(f"cannot write {output}: {exc.strerror}") from None
+        raise ReportError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
 def _plots(report: Any) -> Any:
@@ -297,13 +387,20 @@ def _html_page(report: Any, data: Any, plots: Any) -> str:
 
 
 def _save_plots(plots: Any, plot_dir: Path, plot_format: str, quiet: bool) -> None:
+    """Draw the plots into a staging folder inside ``plot_dir``, then move them in."""
+    from itwin_report import atomic
     from itwin_report.plots import save_figures
 
-    paths = save_figures(plots.figures, plot_dir, plot_format)
+    try:
+        with atomic.staging_dir(plot_dir) as staging:
+            paths = atomic.publish(save_figures(plots.figures, staging, plot_format), plot_dir)
+    except OSError as exc:
+        raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
     if not quiet:
         missing = "; ".join(f"{name}: {why}" for name, why in plots.missing.items())
         tail = f"; not drawn: {missing}" if missing else ""
-        click.echo(f"Wrote {len(paths)} plots to {plot_dir}/ ({plot_format}){tail}", err=True)
+        line = f"Wrote {len(paths)} plots to {plot_dir}/ ({plot_format}){tail}"
+        click.echo(mask_text(line), err=True)
 
 
 @main.command("merge-performance")
@@ -329,17 +426,7 @@ def merge_performance(files: tuple[Path, ...], output: Path | None) -> None:
     from itwin_report.performance import merge_files
 
     merged = merge_files(list(files))
-    text = json.dumps(merged, indent=4, sort_keys=True) + "\n"
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    tmp = output.with_name(output.name + ".tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        tmp.replace(output)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        raise ReportError(f"cannot write {output}: {exc.strerror}") from None
+    _emit(json.dumps(merged, indent=4, sort_keys=True) + "\n", output)
 
 
 main.add_command(emulate_command)

@@ -1,7 +1,8 @@
 """The project's one exception family; each kind carries its documented exit code.
 
 Exit codes: 0 success, 1 user error or unreachable store (:class:`ReportError`),
-2 bad usage (Click's own), 3 the efficiency gate failed (:class:`GateFailed`).
+2 bad usage (Click's own), 3 the efficiency gate failed (:class:`GateFailed`),
+130 interrupted by SIGINT (Ctrl-C), 143 terminated by SIGTERM (:class:`Interrupted`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_GATE = 3
+EXIT_SIGINT = 130
+EXIT_SIGNAL_BASE = 128  # interrupted: 128 + the signal's number (130 SIGINT, 143 SIGTERM)
 
 
 class ReportError(Exception):
@@ -30,3 +33,15 @@ class GateFailed(ReportError):
     """``--fail-under-efficiency`` found a configuration below the threshold."""
 
     exit_code = EXIT_GATE
+
+
+class Interrupted(BaseException):
+    """SIGTERM (or SIGINT) received: unwinds like Ctrl-C so temporary files are removed.
+
+    A ``BaseException``, like ``KeyboardInterrupt``, so no ``except Exception`` swallows it.
+    """
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+        self.exit_code = EXIT_SIGNAL_BASE + signum

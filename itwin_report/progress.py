@@ -11,6 +11,8 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+from itwin_report.masking import mask_text
+
 Advance = Callable[[int], None]
 
 
@@ -20,12 +22,17 @@ def _ignore(n: int = 1) -> None:
 
 @contextmanager
 def progress(description: str, total: int, enabled: bool = True) -> Iterator[Advance]:
-    """Yield ``advance(n)``; show a bar (terminal) or start/end lines (pipe) on stderr."""
+    """Yield ``advance(n)``; show a bar (terminal) or start/end lines (pipe) on stderr.
+
+    ``description`` is masked: it may name a store.
+    """
+    description = mask_text(description)
     if not enabled:
         yield _ignore
         return
     if sys.stderr.isatty():
         from rich.console import Console
+        from rich.markup import escape
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 
         bar = Progress(
@@ -37,7 +44,7 @@ def progress(description: str, total: int, enabled: bool = True) -> Iterator[Adv
             transient=True,
         )
         with bar:
-            task = bar.add_task(description, total=total)
+            task = bar.add_task(escape(description), total=total)
 
             def advance_bar(n: int = 1) -> None:
                 bar.advance(task, n)

@@ -155,10 +155,34 @@ GPU = TableSpec(
     "No GPU data found.",
     (
         *_key_columns(),
-        Column("energy_wh", "float64", "Energy per run", number(".1f", " Wh")),
-        Column("energy_wh_per_epoch", "float64", "Energy per epoch", number(".2f", " Wh")),
-        Column("utilization_pct", "float64", "Utilization", number(".1f", " %")),
-        Column("avg_power_w", "float64", "Avg power per GPU", number(".1f", " W")),
+        Column(
+            "energy_wh",
+            "float64",
+            "Energy per run",
+            number(".1f", " Wh"),
+            description="Energy of one run, all its GPUs, averaged over runs.",
+        ),
+        Column(
+            "energy_wh_per_epoch",
+            "float64",
+            "Energy per epoch",
+            number(".2f", " Wh"),
+            description="Each run's energy over its epochs, averaged over runs.",
+        ),
+        Column(
+            "utilization_pct",
+            "float64",
+            "Utilization",
+            number(".1f", " %"),
+            description="Mean GPU utilization samples (0..100).",
+        ),
+        Column(
+            "avg_power_w",
+            "float64",
+            "Avg power per GPU",
+            number(".1f", " W"),
+            description="Mean GPU power samples.",
+        ),
     ),
 )
 
@@ -168,8 +192,20 @@ COMPUTATION = TableSpec(
     "No profiler data found.",
     (
         *_key_columns(),
-        Column("computation_fraction", "float64", "Computation", percent_of_fraction),
-        Column("communication_fraction", "float64", "Communication", percent_of_fraction),
+        Column(
+            "computation_fraction",
+            "float64",
+            "Computation",
+            percent_of_fraction,
+            description="Share of device time in ATen/autograd ops (0..1).",
+        ),
+        Column(
+            "communication_fraction",
+            "float64",
+            "Communication",
+            percent_of_fraction,
+            description="Share of device time in collectives (0..1).",
+        ),
     ),
 )
 
@@ -179,15 +215,43 @@ THROUGHPUT = TableSpec(
     "No throughput data found.",
     (
         *_key_columns(),
-        Column("samples_per_sec", "float64", "Samples/s", number(".1f")),
+        Column("samples_per_sec", "float64", "Samples/s", number(".1f"), description="Job rate."),
         Column("samples_per_sec_per_gpu", "float64", "Per GPU", number(".1f")),
-        Column("speedup", "float64", "Speedup", SPEEDUP),
+        Column("speedup", "float64", "Speedup", SPEEDUP, description="r(workers) / r(base)."),
         Column("efficiency", "float64", "Efficiency", percent_of_fraction),
-        Column("est_samples_per_sec", "float64", "Estimate", number(".1f")),
-        Column("achieved_fraction", "float64", "Achieved", percent_of_fraction),
-        Column("input_bound", "object", "Input-bound", flag, right=False),
-        Column("source", "str", "Source", text, right=False),
-        Column("evidence", "str", None, text, right=False),
+        Column(
+            "est_samples_per_sec",
+            "float64",
+            "Estimate",
+            number(".1f"),
+            description="est_samples_per_sec of performance.json.",
+        ),
+        Column(
+            "achieved_fraction",
+            "float64",
+            "Achieved",
+            percent_of_fraction,
+            description="Samples/s over the estimate.",
+        ),
+        Column(
+            "input_bound",
+            "object",
+            "Input-bound",
+            flag,
+            right=False,
+            description="The input-bottleneck verdict (None: undecided).",
+        ),
+        Column(
+            "source", "str", "Source", text, right=False, description="Where samples/s come from."
+        ),
+        Column(
+            "evidence",
+            "str",
+            None,
+            text,
+            right=False,
+            description="The verdict's evidence, listed under the table.",
+        ),
     ),
 )
 

@@ -87,10 +87,11 @@ def build_scaling_store(uri: str, experiment: str = "scaling") -> dict[str, Any]
     Skipped: bad-job (2 malformed workers), running-job (2 unfinished workers), a deleted job,
     an empty top-level run (silently).
     """
+    from itwin_report.emulator import mlflow_writer
     from itwin_report.store import mlflow_api
 
-    w = mlflow_api.RunWriter(uri)
-    exp = w.experiment_id(experiment, mlflow_api.default_artifact_location(uri, experiment))
+    w = mlflow_writer.RunWriter(uri)
+    exp = w.experiment_id(experiment, mlflow_writer.artifact_location(uri, experiment))
     ids: dict[str, Any] = {"jobs": []}
     t = T0
     for name, strategy, size, ranks in JOBS:

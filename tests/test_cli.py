@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -270,3 +273,128 @@ def test_light_modules_do_not_import_heavy_ones(module: str) -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == ""
+
+
+def test_bad_usage_is_one_masked_line(store: str) -> None:
+    for args in (
+        ("--fail-under-efficiency", "nan"),
+        ("--fail-under-efficiency", "inf"),
+        ("--rate-config", "ddp:0"),
+        ("--format", "xml"),
+    ):
+        code, out, err = report(store, "--no-plots", *args)
+        assert code == 2 and out == "", args
+        assert err.startswith("Error: ") and len(err.strip().splitlines()) == 1, err
+        assert args[0] in err and "--help" in err
+    code, _, err = invoke(
+        REPORT, "--tracking-uri", "http://bob:pw-123456@127.0.0.1:1", "-e", "x", "--bogus"
+    )
+    assert code == 2 and "pw-123456" not in err
+    for args in (("--bogus",), ("no-such-command",)):
+        code, out, err = invoke(*args)
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert err.startswith("Error: ") and args[0] in err
+
+
+def test_no_command_shows_the_help() -> None:
+    result = CliRunner().invoke(main, [])
+    assert "Usage:" in result.output and "Exit codes" in result.output
+    assert "Error" not in result.output
+
+
+def test_json_keys_are_documented() -> None:
+    from itwin_report.tables import TABLES
+
+    for spec in TABLES:
+        assert f"`{spec.name}[]`" in README, spec.name
+        for col in spec.columns:
+            assert f"`{col.key}`" in README, col.key
+
+
+def test_output_and_plot_dir_never_point_into_the_store(store: str, tmp_path: Path) -> None:
+    db = Path(store.removeprefix("sqlite:///"))
+    before = db.read_bytes()
+    code, _, err = report(store, "--no-plots", "-o", str(db))
+    assert code == 2 and "--output" in err and "into the tracking store" in err
+    code, _, err = report(store, "--no-plots", "-o", f"{db}-wal")
+    assert code == 2
+    assert db.read_bytes() == before and not Path(f"{db}-wal").exists()
+
+
+def test_errors_wrapping_server_text_are_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "env-secret-99")
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    code, out, err = invoke(
+        REPORT, "--tracking-uri", "http://al:pw-777777@127.0.0.1:1/?token=tk-8888", "-e", "x"
+    )
+    assert code == 1 and out == ""
+    assert err.startswith("Error: ") and len(err.strip().splitlines()) == 1
+    assert "pw-777777" not in err and "tk-8888" not in err and "env-secret-99" not in err
+
+
+def test_atomic_write_leaves_nothing_when_interrupted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from itwin_report import atomic
+
+    target = tmp_path / "report.txt"
+    atomic.write_text(target, "complete\n")
+    assert target.read_text() == "complete\n" and sorted(tmp_path.iterdir()) == [target]
+
+    def interrupted(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(atomic.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        atomic.write_text(target, "partial")
+    assert target.read_text() == "complete\n"  # the old file stays whole
+    assert sorted(tmp_path.iterdir()) == [target]  # and no temporary file is left
+    with pytest.raises(KeyboardInterrupt), atomic.staging_dir(tmp_path / "plots") as staging:
+        (staging / "half.png").write_bytes(b"\x89PNG")
+        raise KeyboardInterrupt
+    assert list((tmp_path / "plots").iterdir()) == []
+
+
+def _hanging_server() -> tuple[socket.socket, int]:
+    """A TCP port that accepts connections and never answers."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    return server, int(server.getsockname()[1])
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "name"), [(signal.SIGINT, 130, "SIGINT"), (signal.SIGTERM, 143, "SIGTERM")]
+)
+def test_signal_ends_the_report_cleanly(
+    tmp_path: Path, sig: signal.Signals, code: int, name: str
+) -> None:
+    server, port = _hanging_server()
+    env = {**os.environ, "MLFLOW_HTTP_REQUEST_TIMEOUT": "120", "MLFLOW_TRACKING_URI": ""}
+    cmd = [
+        sys.executable, "-m", "itwin_report", REPORT, "-e", "x", "-q",
+        "--tracking-uri", f"http://al:pw-4242@127.0.0.1:{port}",
+        "-o", str(tmp_path / "out" / "report.txt"), "--plot-dir", str(tmp_path / "out" / "plots"),
+    ]  # fmt: skip
+    (tmp_path / "out").mkdir()
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        server.settimeout(120)
+        conn, _ = server.accept()  # the report is now waiting on the store
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=60)
+        conn.close()
+    finally:
+        server.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == code, err
+    assert err == f"Error: interrupted by {name}\n" and out == ""
+    assert list((tmp_path / "out").iterdir()) == []  # no report, no temporary file

@@ -1,8 +1,9 @@
-"""A real emulation into a sqlite MLflow store, read back with MlflowClient."""
+"""Emulations written for real (bulk SQLite, file store, server), read back by MLflow."""
 
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from itwin_report.emulator.command import emulate_command
 from itwin_report.emulator.options import EmulationOptions
 from itwin_report.emulator.writer import job_rng, run_emulation
 from itwin_report.errors import ReportError
-from itwin_report.schema import METRIC_KEYS, PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
+from itwin_report.schema import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
 from itwin_report.store import mlflow_api
 
 SMALL = ("samples_per_epoch=2000", "probing_interval=2")
@@ -39,7 +40,7 @@ def _runs(uri: str, name: str):
     return client, client.search_runs([exp.experiment_id], max_results=1000)
 
 
-def test_small_emulation_reads_back(tmp_path: Path) -> None:
+def test_bulk_sqlite_emulation_reads_back_with_mlflow(tmp_path: Path) -> None:
     uri = _uri(tmp_path)
     result = run_emulation(OPTIONS, uri)
     assert (result.jobs, result.worker_runs) == (4, 10)  # 2 strategies x (2 + 3) ranks
@@ -62,23 +63,26 @@ def test_small_emulation_reads_back(tmp_path: Path) -> None:
         assert w.info.run_name == ("worker_0 (main)" if rank == 0 else f"worker_{rank}")
         assert params["probing_interval"] == "2.0"
         assert params["samples_per_epoch"] == "2000"
+        assert params["batch_size"] == "32"
         assert params["preset"] == "default" and params["seed"] == "5"
         assert w.info.start_time == parent.info.start_time
         assert w.info.end_time == parent.info.end_time
         files = {f.path for f in client.list_artifacts(w.info.run_id, "performance")}
         files |= {f.path for f in client.list_artifacts(w.info.run_id, "torch_profiling_averages")}
         assert files == {PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT}
-        # the same job rebuilt from its seed gives the counts that must be stored
+        # the same job rebuilt from its seed gives the points that must be stored
         ranks = list(range(int(n)))
         job = timeline.build_job(
             OPTIONS.params(), strategy, int(n), 0, 0, job_rng(5, strategy, int(n), 0), ranks
         )
-        for key in METRIC_KEYS:
+        expected_points = job.ranks[rank].points
+        for key in {p[0] for p in expected_points}:
             history = client.get_metric_history(w.info.run_id, key)
-            expected = [p for p in job.ranks[rank].points if p[0] == key]
-            assert len(history) == len(expected), (key, rank)
-            assert [m.value for m in history] == pytest.approx([p[1] for p in expected])
+            expected = sorted((p[3], p[1]) for p in expected_points if p[0] == key)
+            assert sorted((m.step, m.value) for m in history) == expected, key
             points += len(history)
+            # MLflow's latest value is the last step's
+            assert w.data.metrics[key] == pytest.approx(expected[-1][1])
         assert len(client.get_metric_history(w.info.run_id, "epoch_time_s")) == (
             2 if rank == 0 else 0
         )
@@ -86,6 +90,9 @@ def test_small_emulation_reads_back(tmp_path: Path) -> None:
     local = client.download_artifacts(workers[0].info.run_id, PERFORMANCE_ARTIFACT, str(tmp_path))
     perf = json.loads(Path(local).read_text())
     assert perf["samples_per_sec"] == pytest.approx(perf["total_samples"] / perf["total_time"])
+    # every artifact lies under artifacts/ beside the database
+    art = tmp_path / "store" / "artifacts" / "small"
+    assert len(list(art.glob("*/artifacts/*/*"))) == 20
 
 
 def test_cli_refuses_non_empty_experiment(tmp_path: Path) -> None:
@@ -100,6 +107,7 @@ def test_cli_refuses_non_empty_experiment(tmp_path: Path) -> None:
     assert first.exit_code == 0, first.output
     assert "itwin-report generate-scalability-report --experiment-name busy" in first.stdout
     assert "jobs:          1 top-level runs, 1 worker runs" in first.stdout
+    assert f"artifacts:     {(tmp_path / 'store' / 'artifacts' / 'busy').as_uri()}" in first.stdout
     truth = json.loads((tmp_path / "truth.json").read_text())
     assert truth["configurations"][0]["workers"] == 2
     second = CliRunner().invoke(emulate_command, args)
@@ -113,38 +121,30 @@ def test_cli_refuses_non_empty_experiment(tmp_path: Path) -> None:
     assert len(runs) == 4  # two jobs, each a top-level run and rank 0's run
 
 
-def test_cli_rejects_bad_options(tmp_path: Path) -> None:
-    uri = _uri(tmp_path)
-    for bad, message in (
-        (["--workers", "0"], ">= 1"),
-        (["--strategies", "mpi"], "unknown strategy"),
-        (["--set", "nope=1"], "unknown parameter"),
-        (["--set", "epochs=abc"], "not a number"),
-    ):
-        res = CliRunner().invoke(emulate_command, [*bad, "--tracking-uri", uri])
-        assert res.exit_code == 1 and isinstance(res.exception, ReportError), bad
-        assert message in str(res.exception)
-    assert not (tmp_path / "store").exists()  # nothing touched before the options are valid
+def _cut_options() -> EmulationOptions:
+    return EmulationOptions(
+        strategies=("torch-ddp",), workers=(2, 3), epochs=1, repeats=1,
+        overrides=("samples_per_epoch=1000",), experiment_name="cut",
+    )  # fmt: skip
+
+
+def _stopper(error: type):
+    def hook(event: str, job: int) -> None:
+        if job == 1 and event == "worker-written":
+            raise error("stop")
+
+    return hook
 
 
 @pytest.mark.parametrize(
     ("error", "status"), [(KeyboardInterrupt, "KILLED"), (RuntimeError, "FAILED")]
 )
-def test_interrupted_emulation_marks_open_runs(tmp_path: Path, error: type, status: str) -> None:
-    uri = _uri(tmp_path)
-    options = EmulationOptions(
-        strategies=("torch-ddp",), workers=(2, 3), epochs=1, repeats=1,
-        overrides=("samples_per_epoch=1000",), experiment_name="cut",
-    )  # fmt: skip
-    seen = []
-
-    def hook(event: str, job: int) -> None:
-        seen.append((event, job))
-        if job == 1 and event == "worker-written":
-            raise error("stop")
-
+def test_interrupted_client_emulation_marks_open_runs(
+    tmp_path: Path, error: type, status: str
+) -> None:
+    uri = str(tmp_path / "mlruns")  # a file store: written run by run through MLflow's client
     with pytest.raises(error):
-        run_emulation(options, uri, hook=hook)
+        run_emulation(_cut_options(), uri, hook=_stopper(error))
     _, runs = _runs(uri, "cut")
     by_name: dict[str, list[str]] = {}
     for r in runs:
@@ -155,3 +155,80 @@ def test_interrupted_emulation_marks_open_runs(tmp_path: Path, error: type, stat
     assert sorted(by_name["worker_1"]) == sorted(["FINISHED", status])
     assert by_name["worker_2"] == [status]
     assert sorted(by_name["worker_0 (main)"]) == sorted(["FINISHED", status])
+
+
+def test_interrupted_sqlite_emulation_keeps_nothing(tmp_path: Path) -> None:
+    uri = _uri(tmp_path)
+    with pytest.raises(KeyboardInterrupt):
+        run_emulation(_cut_options(), uri, hook=_stopper(KeyboardInterrupt))
+    db = sqlite3.connect(tmp_path / "store" / "mlflow.db")
+    assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
+    assert db.execute("SELECT COUNT(*) FROM metrics").fetchone() == (0,)
+    db.close()
+    art = tmp_path / "store" / "artifacts" / "cut"
+    assert not art.exists() or list(art.iterdir()) == []
+    # the store is still usable: the same emulation then succeeds
+    result = run_emulation(_cut_options(), uri)
+    assert result.worker_runs == 5
+
+
+@pytest.mark.parametrize("name", ["../escape", "/abs/path", "a/b/../../c", ".."])
+def test_artifacts_stay_under_the_root_whatever_the_name(tmp_path: Path, name: str) -> None:
+    uri = _uri(tmp_path / "deep")
+    options = EmulationOptions(
+        strategies=("horovod",), workers=(2,), epochs=1, repeats=1,
+        overrides=("samples_per_epoch=500",), experiment_name=name,
+    )  # fmt: skip
+    run_emulation(options, uri)
+    root = (tmp_path / "deep" / "store" / "artifacts").resolve()
+    files = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix in (".csv", ".json")]
+    assert len(files) == 4  # 2 workers x (profile CSV + performance.json)
+    assert all(root in f.resolve().parents for f in files), files
+    _, runs = _runs(uri, name)
+    assert len(runs) == 3
+
+
+def test_http_emulation_uploads_artifacts_through_the_server(
+    mlflow_server: tuple[str, str],
+) -> None:
+    url, _ = mlflow_server
+    options = EmulationOptions(
+        strategies=("torch-ddp",), workers=(1, 2), epochs=1, repeats=1, itwinai_only=True,
+        overrides=("samples_per_epoch=500",), experiment_name="http-artifacts",
+    )  # fmt: skip
+    result = run_emulation(options, url)
+    assert result.worker_runs == 3
+    client, runs = _runs(url, "http-artifacts")
+    workers = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert sorted(r.data.params["strategy"] for r in workers) == [
+        "non-distributed", "torch-ddp", "torch-ddp",
+    ]  # fmt: skip
+    for w in workers:
+        assert [
+            f.path for f in client.list_artifacts(w.info.run_id, "torch_profiling_averages")
+        ] == [PROFILE_ARTIFACT]
+        assert client.list_artifacts(w.info.run_id, "performance") == []
+        assert "gpu_power_W" in w.data.metrics
+        assert "local_samples_per_sec" not in w.data.metrics
+        assert "samples_per_epoch" not in w.data.params
+
+
+def test_remote_artifact_root_goes_through_the_client(
+    tmp_path: Path, mlflow_server: tuple[str, str]
+) -> None:
+    url, backend = mlflow_server
+    uri = _uri(tmp_path)
+    options = EmulationOptions(
+        strategies=("horovod",), workers=(2,), epochs=1, repeats=1,
+        overrides=("samples_per_epoch=500",), experiment_name="remote-artifacts",
+    )  # fmt: skip
+    root = f"{url}/api/2.0/mlflow-artifacts/artifacts/emulated"
+    result = run_emulation(options, uri, artifact_root=root)
+    assert result.artifact_location == f"{root}/remote-artifacts"
+    served = Path(backend.removeprefix("sqlite:///")).parent / "artifacts" / "emulated"
+    assert len(list(served.rglob("*.csv"))) == 2  # uploaded to the server, one per worker
+    assert not (tmp_path / "store" / "artifacts").exists()
+    client, runs = _runs(uri, "remote-artifacts")
+    worker = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
+    local = client.download_artifacts(worker.info.run_id, PROFILE_ARTIFACT, str(tmp_path))
+    assert Path(local).read_text().startswith("name,node_id,")

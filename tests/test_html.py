@@ -256,8 +256,6 @@ def test_within_noise_and_verdicts() -> None:
 @pytest.fixture(scope="module")
 def hostile_page(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A real store whose experiment, strategies and run names are markup; its page."""
-    from itwin_report.store import mlflow_api
-
     root = tmp_path_factory.mktemp("hostile")
     uri = f"sqlite:///{root / 'mlflow.db'}"
     build_hostile_store(uri)
@@ -267,16 +265,15 @@ def hostile_page(tmp_path_factory: pytest.TempPathFactory) -> str:
         "--format", "html", "-o", str(out),
     )  # fmt: skip
     assert code == 0, err
-    assert mlflow_api  # the store was written through the project's own writer
     return out.read_text(encoding="utf-8")
 
 
 def build_hostile_store(uri: str) -> None:
     """Two worker counts per hostile strategy name; run names hostile too."""
-    from itwin_report.store import mlflow_api
+    from itwin_report.emulator import mlflow_writer
 
-    w = mlflow_api.RunWriter(uri)
-    exp = w.experiment_id(HOSTILE_EXPERIMENT, mlflow_api.default_artifact_location(uri, "h"))
+    w = mlflow_writer.RunWriter(uri)
+    exp = w.experiment_id(HOSTILE_EXPERIMENT, mlflow_writer.artifact_location(uri, "h"))
     t = 1_700_000_000_000
     for i, strategy in enumerate(HOSTILE):
         for size in (2, 4):
@@ -375,12 +372,12 @@ def test_page_date_is_injected() -> None:
 
 
 def test_html_never_overwrites_the_store(tmp_path: Path) -> None:
-    from itwin_report.store import mlflow_api
+    from itwin_report.emulator import mlflow_writer
 
     db = tmp_path / "mlflow.db"
     uri = f"sqlite:///{db}"
-    w = mlflow_api.RunWriter(uri)
-    w.experiment_id("e", mlflow_api.default_artifact_location(uri, "e"))
+    w = mlflow_writer.RunWriter(uri)
+    w.experiment_id("e", mlflow_writer.artifact_location(uri, "e"))
     before = db.read_bytes()
     code, _, err = invoke(REPORT, "--tracking-uri", uri, "-e", "e", "--html", str(db), "-q")
     assert code == 2 and err.startswith("Error:") and "--html" in err

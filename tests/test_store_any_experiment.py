@@ -10,7 +10,8 @@ import pytest
 from click.testing import CliRunner
 
 from itwin_report.cli import main
-from itwin_report.store import load_experiment, mlflow_api
+from itwin_report.emulator import mlflow_writer
+from itwin_report.store import load_experiment
 
 
 def system_power(gpu: int, step: int) -> float:
@@ -30,8 +31,8 @@ def _system_points(gpus: int, t: int) -> list[tuple[str, float, int, int]]:
 
 def build_plain_store(uri: str) -> dict[str, str]:
     """Runs of a plain training loop: ``backend``/``world_size`` params, system metrics."""
-    w = mlflow_api.RunWriter(uri)
-    exp = w.experiment_id("plain", mlflow_api.default_artifact_location(uri, "plain"))
+    w = mlflow_writer.RunWriter(uri)
+    exp = w.experiment_id("plain", mlflow_writer.artifact_location(uri, "plain"))
     ids = {}
 
     def run(name: str, params: dict[str, Any], points: list[Any], parent: str = "") -> str:

@@ -8,6 +8,7 @@ import pandas as pd
 import pytest
 from conftest import build_scaling_store
 
+from itwin_report.emulator import mlflow_writer
 from itwin_report.store import api_reader, load_experiment, mlflow_api
 from itwin_report.store.sql_reader import open_sql_reader
 
@@ -28,8 +29,8 @@ def http_scaling(mlflow_server: tuple[str, str]) -> dict[str, Any]:
 def bulk_store(mlflow_server: tuple[str, str]) -> dict[str, Any]:
     """N_BULK flat runs written straight into the server's backend (fast), read over HTTP."""
     _, backend = mlflow_server
-    w = mlflow_api.RunWriter(backend)
-    exp = w.experiment_id("http-bulk", mlflow_api.default_artifact_location(backend, "http-bulk"))
+    w = mlflow_writer.RunWriter(backend)
+    exp = w.experiment_id("http-bulk", mlflow_writer.artifact_location(backend, "http-bulk"))
     ids = []
     for i in range(N_BULK):
         run = w.create_run(exp, f"bulk-{i:03d}", i)

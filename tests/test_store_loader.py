@@ -225,10 +225,10 @@ def test_experiment_choice(scaling_sqlite: Store, tmp_path: Path) -> None:
         load(uri, experiment="nope")
     assert str(err.value) == "no experiment named 'nope'; experiments: Default, scaling"
 
-    from itwin_report.store import mlflow_api
+    from itwin_report.emulator import mlflow_writer
 
     two = f"sqlite:///{tmp_path / 'two.db'}"
-    w = mlflow_api.RunWriter(two)
+    w = mlflow_writer.RunWriter(two)
     for name in ("a", "b"):
         w.create_run(w.experiment_id(name), "r", 0)
     with pytest.raises(StoreError) as err:
@@ -241,10 +241,10 @@ def test_experiment_choice(scaling_sqlite: Store, tmp_path: Path) -> None:
 
 
 def test_flat_run_without_params_is_warned(tmp_path: Path) -> None:
-    from itwin_report.store import mlflow_api
+    from itwin_report.emulator import mlflow_writer
 
     uri = f"sqlite:///{tmp_path / 'x.db'}"
-    w = mlflow_api.RunWriter(uri)
+    w = mlflow_writer.RunWriter(uri)
     exp = w.experiment_id("x")
     run = w.create_run(exp, "plain", 0)
     w.log_batch(run, params={"lr": 0.1})

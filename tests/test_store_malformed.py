@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from itwin_report.emulator import mlflow_writer
 from itwin_report.schema import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
 from itwin_report.store import load_experiment, mlflow_api
 from itwin_report.store.artifacts import MAX_ARTIFACT_BYTES
@@ -36,8 +37,8 @@ ODD_FILES = {
 def bad_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, str]]:
     """Flat 1-worker runs, each with one malformed or odd artifact; a good one to compare."""
     uri = f"sqlite:///{tmp_path_factory.mktemp('malformed') / 'mlflow.db'}"
-    w = mlflow_api.RunWriter(uri)
-    exp = w.experiment_id("bad", mlflow_api.default_artifact_location(uri, "bad"))
+    w = mlflow_writer.RunWriter(uri)
+    exp = w.experiment_id("bad", mlflow_writer.artifact_location(uri, "bad"))
     ids = {}
     params = {"strategy": "torch-ddp", "global_rank": 0, "global_world_size": 1}
     for name in ["good", *BAD_PERFORMANCE, *ODD_FILES]:

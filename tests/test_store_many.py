@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from itwin_report.emulator import mlflow_writer
 from itwin_report.store import _load, load_experiment, mlflow_api
 from itwin_report.store.api_reader import ApiReader
 
@@ -17,7 +18,7 @@ N_RUNS = 1005  # past MLflow's usual 1,000-run page and itwinai's cut-off
 def many_runs(tmp_path_factory: pytest.TempPathFactory) -> str:
     """N_RUNS flat worker runs; every 100th logs one epoch_time_s point (value = index)."""
     uri = f"sqlite:///{tmp_path_factory.mktemp('many') / 'many.db'}"
-    w = mlflow_api.RunWriter(uri)
+    w = mlflow_writer.RunWriter(uri)
     exp = w.experiment_id("many")
     for i in range(N_RUNS):
         run = w.create_run(exp, f"run-{i:04d}", i)

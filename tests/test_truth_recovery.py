@@ -190,3 +190,49 @@ def test_presets_reproduce_published_tables_through_the_report(tmp_path: Path, p
         assert (fractions[1:] < fractions[:-1]).all(), (strategy, fractions)
     at4 = comp.xs(4, level="workers")["computation_fraction"]
     assert at4["deepspeed"] > at4["horovod"] > at4["torch-ddp"]
+
+
+def test_itwinai_only_emulation_is_recovered(tmp_path: Path) -> None:
+    # only what itwinai 0.4.2 logs: a 1-GPU "non-distributed" job, no Rate, no performance.json
+    options = EmulationOptions(
+        strategies=("torch-ddp",),
+        workers=(1, 2, 4),
+        epochs=2,
+        repeats=1,
+        overrides=("noise=0", "samples_per_epoch=4000"),
+        itwinai_only=True,
+        experiment_name="itwinai-only",
+    )
+    uri, truth = _emulate(tmp_path, options)
+    expected = _truth_frame(truth)
+    assert list(expected.index) == [("non-distributed", 1), ("torch-ddp", 2), ("torch-ddp", 4)]
+    report = build_report(load_experiment(uri, "itwinai-only", show_progress=False))
+    epoch = _table(report.epoch_time)
+    _close(epoch["avg_epoch_time_s"], expected["mean_epoch_time_after_warmup_s"], 1e-6)
+    gpu = _table(report.gpu)
+    _close(gpu["energy_wh"], expected["energy_wh"], 1e-6)
+    comp = _table(report.computation)
+    _close(comp["computation_fraction"], expected["computation_fraction"], 1e-6)
+
+
+def test_weak_scaling_throughput_per_gpu_is_recovered(tmp_path: Path) -> None:
+    options = EmulationOptions(
+        strategies=("deepspeed",),
+        workers=(2, 4),
+        epochs=2,
+        repeats=1,
+        overrides=("noise=0", "samples_per_epoch=3000"),
+        log_on_workers="0",
+        scaling="weak",
+        experiment_name="weak",
+    )
+    uri, truth = _emulate(tmp_path, options)
+    expected = _truth_frame(truth)
+    # 2 GPUs keep 3,000 samples per epoch, 4 GPUs get 6,000
+    assert list(expected["samples_per_epoch"]) == [3000, 6000]
+    tput = _table(build_report(load_experiment(uri, "weak", show_progress=False)).throughput)
+    _close(tput["samples_per_sec"], expected["samples_per_sec"], 1e-6)
+    per_gpu = tput["samples_per_sec"] / pd.Series(
+        tput.index.get_level_values("workers"), index=tput.index
+    )
+    _close(per_gpu, expected["samples_per_sec_per_gpu"], 1e-6)

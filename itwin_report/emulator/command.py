@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import click
 
-from itwin_report.emulator.options import DEFAULT_EXPERIMENT, EmulationOptions
+from itwin_report.emulator.options import DEFAULT_EXPERIMENT, EmulationOptions, OptionError
 from itwin_report.emulator.params import PRESETS, STRATEGIES
-from itwin_report.errors import ReportError
+from itwin_report.masking import mask_text, mask_uri
 from itwin_report.store import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
 
 def _split(text: str, what: str) -> tuple[str, ...]:
     items = tuple(x.strip() for x in text.split(",") if x.strip())
     if not items:
-        raise ReportError(f"{what} must list at least one value")
+        raise OptionError(f"{what} must list at least one value")
     return items
 
 
@@ -21,22 +21,31 @@ def _ints(text: str) -> tuple[int, ...]:
     try:
         return tuple(int(x) for x in _split(text, "--workers"))
     except ValueError:
-        raise ReportError(f"--workers expects comma-separated integers, got {text!r}") from None
+        raise OptionError(f"--workers expects comma-separated integers, got {text!r}") from None
+
+
+def _quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
 
 
 def _summary(result, truth_path: str | None) -> str:
+    uri = mask_uri(result.tracking_uri)
     lines = [
-        f"experiment:    {result.experiment_name} (id {result.experiment_id})",
-        f"tracking URI:  {result.tracking_uri}",
+        f"experiment:    {mask_text(result.experiment_name)} (id {result.experiment_id})",
+        f"tracking URI:  {uri}",
+        f"artifacts:     {mask_uri(result.artifact_location) or 'chosen by the server'}",
         f"jobs:          {result.jobs} top-level runs, {result.worker_runs} worker runs",
         f"metric points: {result.metric_points}",
         f"took:          {result.seconds:.1f} s",
     ]
     if truth_path:
         lines.append(f"truth:         {truth_path}")
-    command = f"itwin-report generate-scalability-report --experiment-name {result.experiment_name}"
+    command = "itwin-report generate-scalability-report --experiment-name "
+    command += _quote(mask_text(result.experiment_name))
     if result.tracking_uri != DEFAULT_TRACKING_URI:
-        command += f" --tracking-uri {result.tracking_uri}"
+        command += f" --tracking-uri {_quote(uri)}"
     lines.append(f"next:          {command}")
     return "\n".join(lines)
 
@@ -49,6 +58,14 @@ Examples:
   itwin-report emulate --preset virgo --repeats 1 --experiment-name virgo
   itwin-report emulate --strategies torch-ddp --workers 2,4 --epochs 3 --set noise=0
   itwin-report emulate --preset input-bound --log-on-workers 0 --truth truth.json
+  itwin-report emulate --itwinai-only --workers 1,2,4 --log-on-workers 0
+  itwin-report emulate --scaling weak --truth weak-truth.json
+  itwin-report emulate --tracking-uri postgresql://user@db/mlflow --artifact-root /shared/artifacts
+
+\b
+Limits (bad values exit 2 before anything is written): --workers 1..4096 each,
+--epochs 1..1000, --repeats 1..100, --seed 0..4294967295, at most 20000 worker
+runs and about 5 million metric points in all.
 """,
 )
 @click.option(
@@ -61,7 +78,8 @@ Examples:
     "--workers",
     default="4,8,16,32",
     show_default=True,
-    help="Comma-separated GPU counts per job, e.g. --workers 2,4,8.",
+    help="Comma-separated GPU counts per job (1 is logged as itwinai's non-distributed job), "
+    "e.g. --workers 1,2,4,8.",
 )
 @click.option(
     "--epochs",
@@ -131,6 +149,33 @@ Examples:
     is_flag=True,
     help="Do not log performance/performance.json artifacts (--no-performance-json).",
 )
+@click.option(
+    "--itwinai-only",
+    is_flag=True,
+    help="Log only what itwinai 0.4.2 logs: no Rate metrics, performance.json, "
+    "samples_per_epoch or model parameters (--itwinai-only).",
+)
+@click.option(
+    "--scaling",
+    type=click.Choice(["strong", "weak"]),
+    default="strong",
+    show_default=True,
+    help="strong: the same samples per epoch at every GPU count; weak: samples per epoch "
+    "grow with the GPUs (the smallest count keeps the preset's), e.g. --scaling weak.",
+)
+@click.option(
+    "--artifact-root",
+    metavar="DIR|URI",
+    default=None,
+    help="Where new experiments keep their artifacts (default: artifacts/ beside an SQLite "
+    "store; for other databases ./mllogs/artifacts), e.g. --artifact-root /shared/artifacts.",
+)
+@click.option(
+    "--migrate",
+    is_flag=True,
+    help="Upgrade an SQLite store written by an older MLflow in place before writing "
+    "(otherwise such a store is refused).",
+)
 def emulate_command(
     strategies: str,
     workers: str,
@@ -146,6 +191,10 @@ def emulate_command(
     truth_path: str | None,
     append: bool,
     no_performance_json: bool,
+    itwinai_only: bool,
+    scaling: str,
+    artifact_root: str | None,
+    migrate: bool,
 ) -> None:
     """Write realistic sample training runs of an emulated GPU cluster to MLflow."""
     options = EmulationOptions(
@@ -161,13 +210,18 @@ def emulate_command(
         experiment_name=experiment_name,
         append=append,
         performance_json=not no_performance_json,
+        itwinai_only=itwinai_only,
+        scaling=scaling,
     )
     options.params()  # fail on bad options before touching the store
     uri = resolve_tracking_uri(tracking_uri)
     from itwin_report.emulator.truth import expected_truth, write_truth
-    from itwin_report.emulator.writer import run_emulation
+    from itwin_report.emulator.writer import check_truth_path, default_artifact_root, run_emulation
 
-    result = run_emulation(options, uri, show_progress=True)
+    root = artifact_root or default_artifact_root(uri)
+    if truth_path:
+        check_truth_path(truth_path, uri, root)
+    result = run_emulation(options, uri, show_progress=True, artifact_root=root, migrate=migrate)
     if truth_path:
         write_truth(expected_truth(options), truth_path)
     click.echo(_summary(result, truth_path))

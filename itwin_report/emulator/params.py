@@ -8,6 +8,7 @@ Per-strategy fields carry the strategy's prefix: ``ddp_`` (torch-ddp), ``hvd_`` 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -201,14 +202,16 @@ def preset(name: str) -> ModelParams:
 
 def _convert(name: str, kind: type, text: str) -> Any:
     try:
-        value = kind(text) if kind is not int else int(float(text))
+        number = float(text)
     except ValueError:
         raise ReportError(f"--set {name}={text}: not a number") from None
-    if kind is int and float(text) != int(float(text)):
-        raise ReportError(f"--set {name}={text}: must be a whole number")
-    if value != value or value < 0 or value in (float("inf"),):
+    if not math.isfinite(number) or number < 0:
         raise ReportError(f"--set {name}={text}: must be a finite value >= 0")
-    return value
+    if kind is int:
+        if number != int(number):
+            raise ReportError(f"--set {name}={text}: must be a whole number")
+        return int(number)
+    return number
 
 
 def with_overrides(params: ModelParams, assignments: list[str] | tuple[str, ...]) -> ModelParams:

@@ -203,8 +203,14 @@ def build_job(
     start_ms: int,
     rng: np.random.Generator,
     log_ranks: list[int],
+    label: str | None = None,
 ) -> Job:
-    """Emulate one job: noise factors, layout, then each logging rank's series."""
+    """Emulate one job: noise factors, layout, then each logging rank's series.
+
+    ``strategy`` picks the performance model; ``label`` (default: the same) is the strategy
+    the runs log, e.g. ``non-distributed`` for a 1-GPU job.
+    """
+    label = label or strategy
     factors = mean_one(rng, p.sigma_run * p.noise, 1)[0] * mean_one(
         rng, p.sigma_epoch * p.noise, p.epochs
     )
@@ -238,12 +244,30 @@ def build_job(
         pts += _series("gpu_power_W", watts, gpu_ms, gpu_steps)
         pts += _series("local_samples_per_sec", tp.rate, rate_ms, tp.steps)
         pts += _series("avg_samples_per_sec", tp.global_rate, rate_ms, tp.steps)
+        pts += losses(p.epochs, steps, epoch_ends, rank == 0)
         if rank == 0:
             pts += _series("epoch_time_s", lay.epoch_times, epoch_ends, np.arange(p.epochs))
         table = _noisy_profile(rows, rng, p.sigma_profile * p.noise)
-        csv = profile.to_csv(table, strategy, workers, rank, p.gpus_per_node)
+        csv = profile.to_csv(table, label, workers, rank, p.gpus_per_node)
         out.append(RankOutput(rank, pts, csv, dict(perf)))
-    return Job(strategy, workers, repeat, start_ms, total, lay.epoch_times, out)
+    return Job(label, workers, repeat, start_ms, total, lay.epoch_times, out)
+
+
+def losses(epochs: int, steps: int, epoch_ends_ms: np.ndarray, main: bool) -> list[Point]:
+    """itwinai's loss metrics: per-rank losses at step = cumulative batches, global per epoch.
+
+    ``train_loss_epoch`` and ``validation_loss_epoch`` have ``step = steps * (e + 1)`` (the
+    rank's cumulative batch count); rank 0 adds ``global_validation_loss_epoch`` with
+    ``step = e``. Values: 0.1 + 2.2 * 0.6^e (validation 10 % higher).
+    """
+    e = np.arange(epochs)
+    train = 0.1 + 2.2 * 0.6**e
+    batches = steps * (e + 1)
+    pts = _series("train_loss_epoch", train, epoch_ends_ms, batches)
+    pts += _series("validation_loss_epoch", 1.1 * train, epoch_ends_ms, batches)
+    if main:
+        pts += _series("global_validation_loss_epoch", 1.1 * train, epoch_ends_ms, e)
+    return pts
 
 
 def _series(key: str, values: np.ndarray, ms: np.ndarray, steps: np.ndarray) -> list[Point]:

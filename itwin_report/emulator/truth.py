@@ -43,6 +43,9 @@ def configuration(
         "samples_per_sec": workers * perf["total_samples"] / total_time,
         "steady_samples_per_sec": workers * p.batch_size / st.time,
         "est_samples_per_sec": perf["est_samples_per_sec"],
+        "samples_per_sec_per_gpu": perf["total_samples"] / total_time,
+        "steady_samples_per_sec_per_gpu": p.batch_size / st.time,
+        "samples_per_epoch": p.samples_per_epoch,
         "input_bound": st.input_bound,
         "gpus_per_node": p.gpus_per_node,
         "nodes": model.nodes(workers, p.gpus_per_node),
@@ -50,16 +53,23 @@ def configuration(
 
 
 def expected_truth(options: EmulationOptions) -> dict[str, Any]:
-    """Ground truth for ``options`` (no MLflow needed)."""
+    """Ground truth for ``options`` (no MLflow needed).
+
+    Under weak scaling each configuration's samples per epoch grow with its GPU count; the
+    throughput per GPU (``samples_per_sec_per_gpu``) is then the measure to compare.
+    """
     p = options.params()
-    configs = [
-        configuration(p, s, n, len(options.log_ranks(n)))
-        for s in options.strategies
-        for n in options.workers
-    ]
+    configs = []
+    for c in options.configs():
+        q = options.config_params(p, c.workers)
+        row = configuration(q, c.model, c.workers, len(options.log_ranks(c.workers)))
+        row["strategy"] = c.strategy
+        configs.append(row)
     return {
         "preset": options.preset,
         "seed": options.seed,
+        "scaling": options.scaling,
+        "itwinai_only": options.itwinai_only,
         "params": p.as_dict(),
         "configurations": configs,
     }

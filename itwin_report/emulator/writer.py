@@ -1,4 +1,4 @@
-"""Log emulated jobs to MLflow the way itwinai's trainer does (via ``RunWriter``)."""
+"""Log emulated jobs to MLflow in itwinai's layout (``mlflow_writer`` writes the rows)."""
 
 from __future__ import annotations
 
@@ -12,19 +12,26 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from itwin_report.emulator import timeline
-from itwin_report.emulator.options import EmulationOptions
+from itwin_report.emulator.options import NON_DISTRIBUTED, Config, EmulationOptions
 from itwin_report.emulator.params import STRATEGIES, STRATEGY_CLASS, ModelParams
+from itwin_report.emulator.target import check_reachable
 from itwin_report.errors import ReportError, StoreError
+from itwin_report.masking import mask_text, mask_uri
 from itwin_report.progress import progress
 from itwin_report.schema import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
-
-if TYPE_CHECKING:
-    from itwin_report.store.mlflow_api import RunWriter
+from itwin_report.store.uri import SQLITE, local_artifact_dir, sqlite_path, store_kind
 
 EPOCH_MS = 1_767_600_000_000  # 2026-01-05T08:00:00Z, the emulated clock's origin
 GAP_S = (20.0, 90.0)  # idle time before each job, drawn from the seed
+# metrics itwinai 0.4.2 does not log (the throughput references' trainer does)
+EXTRA_METRICS = ("local_samples_per_sec", "avg_samples_per_sec")
+ITWINAI_PARAMS = ("strategy", "global_rank", "global_world_size", "probing_interval",
+                  "distributed_strategy", "batch_size", "epochs")  # fmt: skip
 
 # Called as hook(event, job_index) with event "worker-written" or "job-done".
+if TYPE_CHECKING:
+    from itwin_report.emulator.mlflow_writer import JobRecord
+
 Hook = Callable[[str, int], None]
 
 
@@ -35,6 +42,7 @@ class EmulationResult:
     experiment_name: str
     experiment_id: str
     tracking_uri: str
+    artifact_location: str = ""
     jobs: int = 0
     worker_runs: int = 0
     metric_points: int = 0
@@ -57,73 +65,69 @@ def job_gaps(seed: int, count: int) -> np.ndarray:
 def worker_params(
     p: ModelParams, options: EmulationOptions, strategy: str, workers: int, rank: int
 ) -> dict[str, object]:
-    """Params of a worker run: the trainer's, then every model parameter."""
-    out: dict[str, object] = dict(p.as_dict())
+    """Params of a worker run: the trainer's, then (unless itwinai-only) every model parameter."""
+    out: dict[str, object] = {} if options.itwinai_only else dict(p.as_dict())
     out.update(
         strategy=strategy,
         global_rank=rank,
         global_world_size=workers,
         probing_interval=p.probing_interval,
-        samples_per_epoch=p.samples_per_epoch,
+        distributed_strategy=STRATEGY_CLASS.get(strategy, "NonDistributedStrategy"),
         batch_size=p.batch_size,
-        distributed_strategy=STRATEGY_CLASS[strategy],
-        preset=options.preset,
-        seed=options.seed,
+        epochs=p.epochs,
     )
+    if not options.itwinai_only:
+        out.update(
+            samples_per_epoch=p.samples_per_epoch,
+            preset=options.preset,
+            seed=options.seed,
+            scaling=options.scaling,
+        )
     return out
 
 
+def job_record(job: timeline.Job, p: ModelParams, options: EmulationOptions) -> JobRecord:
+    """The runs of one emulated job, as the writer takes them."""
+    from itwin_report.emulator.mlflow_writer import JobRecord, RunRecord
+
+    workers = []
+    for out in job.ranks:
+        points = out.points
+        artifacts = {PROFILE_ARTIFACT: out.profile_csv}
+        if options.itwinai_only:
+            points = [pt for pt in points if pt[0] not in EXTRA_METRICS]
+        elif options.performance_json:
+            artifacts[PERFORMANCE_ARTIFACT] = json.dumps(out.performance, indent=2)
+        workers.append(
+            RunRecord(
+                name="worker_0 (main)" if out.rank == 0 else f"worker_{out.rank}",
+                params=worker_params(p, options, job.strategy, job.workers, out.rank),
+                points=points,
+                artifacts=artifacts,
+            )
+        )
+    return JobRecord(f"{job.strategy}-{job.workers}", job.start_ms, job.end_ms, workers)
+
+
 def _prepare_store(uri: str) -> None:
-    if uri.startswith("sqlite:///"):
-        db = Path(uri.removeprefix("sqlite:///"))
+    if store_kind(uri) == SQLITE:
+        db = sqlite_path(uri)
         try:
             db.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise StoreError(f"cannot create {db.parent}: {exc.strerror}") from exc
 
 
-def _write_job(
-    writer: RunWriter,
-    exp_id: str,
-    job: timeline.Job,
-    p: ModelParams,
-    options: EmulationOptions,
-    open_runs: list[str],
-    hook: Hook | None,
-    index: int,
-) -> tuple[str, int]:
-    """Write one job; ``open_runs`` always lists the runs created and not yet ended."""
-    parent = writer.create_run(exp_id, f"{job.strategy}-{job.workers}", job.start_ms)
-    open_runs.append(parent)
-    ids = []
-    for out in job.ranks:
-        name = "worker_0 (main)" if out.rank == 0 else f"worker_{out.rank}"
-        ids.append(writer.create_run(exp_id, name, job.start_ms, parent_run_id=parent))
-        open_runs.append(ids[-1])
-    points = 0
-    for run_id, out in zip(ids, job.ranks, strict=True):
-        params = worker_params(p, options, job.strategy, job.workers, out.rank)
-        writer.log_batch(run_id, out.points, params)
-        writer.log_text(run_id, out.profile_csv, PROFILE_ARTIFACT)
-        if options.performance_json:
-            writer.log_text(run_id, json.dumps(out.performance, indent=2), PERFORMANCE_ARTIFACT)
-        points += len(out.points)
-        if hook:
-            hook("worker-written", index)
-        writer.end_run(run_id, job.end_ms)
-        open_runs.remove(run_id)
-    writer.end_run(parent, job.end_ms)
-    open_runs.remove(parent)
-    return parent, points
-
-
-def _check_empty(writer: RunWriter, exp_id: str, options: EmulationOptions) -> None:
-    if not options.append and writer.count_runs(exp_id) > 0:
-        name = options.experiment_name
-        raise ReportError(
-            f"experiment {name!r} already holds runs; pass --append to add to it "
-            "or choose another --experiment-name"
-        )
+def _build(
+    p: ModelParams, options: EmulationOptions, repeat: int, config: Config, start: int
+) -> timeline.Job:
+    q = options.config_params(p, config.workers)
+    rng = job_rng(options.seed, config.model, config.workers, repeat)
+    label = NON_DISTRIBUTED if config.strategy == NON_DISTRIBUTED else None
+    return timeline.build_job(
+        q, config.model, config.workers, repeat, start, rng, options.log_ranks(config.workers),
+        label,
+    )  # fmt: skip
 
 
 def run_emulation(
@@ -131,57 +135,134 @@ def run_emulation(
     tracking_uri: str,
     show_progress: bool = False,
     hook: Hook | None = None,
+    artifact_root: str | None = None,
+    migrate: bool = False,
 ) -> EmulationResult:
     """Emulate every job of ``options`` and log it to ``tracking_uri``.
 
-    On any exception the runs left open are marked KILLED (KeyboardInterrupt) or FAILED and
-    the exception propagates; MLflow errors become :class:`StoreError`.
+    Options and target are checked before anything is written (see ``check_target``);
+    ``artifact_root`` places a new experiment's artifacts, ``migrate`` lets MLflow upgrade an
+    older MLflow SQLite store first.
+
+    Database stores get every run in one transaction: on any exception nothing is kept. Other
+    stores are written run by run; on an exception the runs left open are marked KILLED
+    (KeyboardInterrupt) or FAILED. MLflow errors become :class:`StoreError`.
     """
     started = time.perf_counter()
     p = options.params()
+    upgrade = check_target(tracking_uri, migrate)
+    check_reachable(tracking_uri)
     _prepare_store(tracking_uri)
-    from itwin_report.store import mlflow_api
+    from itwin_report.emulator import mlflow_writer
 
-    writer = mlflow_api.RunWriter(tracking_uri)
-    name = options.experiment_name
-    exp_id = writer.experiment_id(name, mlflow_api.default_artifact_location(tracking_uri, name))
-    _check_empty(writer, exp_id, options)
-    result = EmulationResult(name, exp_id, tracking_uri)
-    jobs = options.jobs()
-    gaps = job_gaps(options.seed, len(jobs))
-    clock = EPOCH_MS
-    open_runs: list[str] = []
-    try:
-        with progress("Emulating jobs", len(jobs), enabled=show_progress) as advance:
-            for index, (repeat, strategy, workers) in enumerate(jobs):
-                start = clock + round(gaps[index] * 1000)
-                rng = job_rng(options.seed, strategy, workers, repeat)
-                job = timeline.build_job(
-                    p, strategy, workers, repeat, start, rng, options.log_ranks(workers)
-                )
-                clock = job.end_ms
-                run_id, points = _write_job(writer, exp_id, job, p, options, open_runs, hook, index)
-                result.jobs += 1
-                result.worker_runs += len(job.ranks)
-                result.metric_points += points
-                result.job_run_ids.append(run_id)
-                if hook:
-                    hook("job-done", index)
-                advance(1)
-    except BaseException as exc:
-        status = "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED"
-        _close(writer, open_runs, clock, status)
-        if isinstance(exc, mlflow_api.mlflow_exception()):
-            raise StoreError(f"writing to {tracking_uri} failed: {exc}") from exc
-        raise
+    if upgrade:
+        mlflow_writer.upgrade_store(tracking_uri)
+
+    with mlflow_writer.writing_environment(tracking_uri):
+        result = _emulate(options, p, tracking_uri, show_progress, hook, artifact_root)
     result.seconds = time.perf_counter() - started
     return result
 
 
-def _close(writer: RunWriter, open_runs: list[str], end_ms: int, status: str) -> None:
-    """Mark the runs left open as ended with ``status`` (best effort, children first)."""
-    for run_id in reversed(open_runs):
-        try:
-            writer.end_run(run_id, end_ms, status)
-        except Exception:  # the original error matters more than this one
-            continue
+def _emulate(
+    options: EmulationOptions,
+    p: ModelParams,
+    tracking_uri: str,
+    show_progress: bool,
+    hook: Hook | None,
+    artifact_root: str | None,
+) -> EmulationResult:
+    from itwin_report.emulator import mlflow_writer
+
+    try:
+        writer = mlflow_writer.open_writer(tracking_uri)
+        name = options.experiment_name
+        location = mlflow_writer.artifact_location(tracking_uri, name, artifact_root)
+        exp_id, actual_location = writer.experiment(name, location)
+        remote = not local_artifact_dir(actual_location)
+        if isinstance(writer, mlflow_writer.BulkWriter) and remote:  # uploaded by the client
+            writer = mlflow_writer.ClientWriter(tracking_uri)
+        _check_empty(writer.count_runs(exp_id), options)
+    except ModuleNotFoundError as exc:
+        raise StoreError(
+            f"no database driver for {mask_uri(tracking_uri)} ({exc.name} is missing); "
+            "install it with pip install 'itwin-report[postgres]'"
+        ) from None
+    except mlflow_writer.MlflowException as exc:
+        raise StoreError(mask_text(f"cannot open {mask_uri(tracking_uri)}: {exc}")) from None
+    result = EmulationResult(name, exp_id, tracking_uri, actual_location)
+    jobs = options.jobs()
+    gaps = job_gaps(options.seed, len(jobs))
+    clock = EPOCH_MS
+    try:
+        with progress("Emulating jobs", len(jobs), enabled=show_progress) as advance:
+            for index, (repeat, config) in enumerate(jobs):
+                start = clock + round(gaps[index] * 1000)
+                job = _build(p, options, repeat, config, start)
+                clock = job.end_ms
+                record = job_record(job, options.config_params(p, config.workers), options)
+                on_worker = (lambda i=index: hook("worker-written", i)) if hook else None
+                run_id = writer.write_job(exp_id, record, on_worker)
+                result.jobs += 1
+                result.worker_runs += len(job.ranks)
+                result.metric_points += sum(len(w.points) for w in record.workers)
+                result.job_run_ids.append(run_id)
+                if hook:
+                    hook("job-done", index)
+                advance(1)
+        writer.commit()
+    except BaseException as exc:
+        writer.abort(clock, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        if isinstance(exc, mlflow_writer.MlflowException):
+            message = f"writing to {mask_uri(tracking_uri)} failed: {exc}"
+            raise StoreError(mask_text(message)) from None
+        if isinstance(exc, OSError) and not isinstance(exc, ReportError):
+            raise StoreError(f"writing the artifacts failed: {exc.strerror or exc}") from None
+        raise
+    return result
+
+
+def _check_empty(count: int, options: EmulationOptions) -> None:
+    if not options.append and count > 0:
+        raise ReportError(
+            f"experiment {options.experiment_name!r} already holds runs; pass --append to add "
+            "to it or choose another --experiment-name"
+        )
+
+
+def check_target(uri: str, migrate: bool = False) -> bool:
+    """Refuse a local store this emulation must not write to; True when it is to be upgraded."""
+    from itwin_report.emulator import target
+    from itwin_report.store.uri import FILE, file_store_path
+
+    kind = store_kind(uri)
+    if kind == SQLITE:
+        db = sqlite_path(uri)
+        return target.check_schema(db, target.sqlite_state(db), migrate)
+    if kind == FILE:
+        target.check_file_store(file_store_path(uri))
+    return False
+
+
+def check_truth_path(truth_path: str, uri: str, artifact_root: str | None) -> None:
+    """Refuse a truth file that is the store, inside it, or inside its artifact folders."""
+    from itwin_report.emulator import target
+
+    artifact_dirs: list[Path] = []
+    if store_kind(uri) == SQLITE:
+        artifact_dirs.append(sqlite_path(uri).expanduser().resolve().parent / "artifacts")
+    if artifact_root and "://" not in artifact_root:
+        artifact_dirs.append(Path(artifact_root).expanduser().resolve())
+    target.check_output(truth_path, uri, artifact_dirs)
+
+
+def default_artifact_root(uri: str) -> str | None:
+    """``--artifact-root`` when not given: ./mllogs/artifacts for a database server's store.
+
+    SQLite stores keep artifacts beside the database and servers decide for themselves (None).
+    """
+    from itwin_report.store.uri import SQL
+
+    if store_kind(uri) == SQL:
+        return str(Path("mllogs", "artifacts").resolve())
+    return None
