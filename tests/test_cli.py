@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.emulator import EmulationOptions, run_emulation
@@ -41,7 +41,7 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args), env=env)
+    result = cli_runner().invoke(main, list(args), env=env)
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -297,7 +297,7 @@ def test_bad_usage_is_one_masked_line(store: str) -> None:
 
 
 def test_no_command_shows_the_help() -> None:
-    result = CliRunner().invoke(main, [])
+    result = cli_runner().invoke(main, [])
     assert "Usage:" in result.output and "Exit codes" in result.output
     assert "Error" not in result.output
 

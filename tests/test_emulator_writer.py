@@ -7,7 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.emulator import timeline
 from itwin_report.emulator.command import emulate_command
@@ -103,19 +103,19 @@ def test_cli_refuses_non_empty_experiment(tmp_path: Path) -> None:
         "--experiment-name", "busy", "--tracking-uri", uri,
         "--truth", str(tmp_path / "truth.json"),
     ]  # fmt: skip
-    first = CliRunner().invoke(emulate_command, args)
+    first = cli_runner().invoke(emulate_command, args)
     assert first.exit_code == 0, first.output
     assert "itwin-report generate-scalability-report --experiment-name busy" in first.stdout
     assert "jobs:          1 top-level runs, 1 worker runs" in first.stdout
     assert f"artifacts:     {(tmp_path / 'store' / 'artifacts' / 'busy').as_uri()}" in first.stdout
     truth = json.loads((tmp_path / "truth.json").read_text())
     assert truth["configurations"][0]["workers"] == 2
-    second = CliRunner().invoke(emulate_command, args)
+    second = cli_runner().invoke(emulate_command, args)
     assert second.exit_code == 1
     assert isinstance(second.exception, ReportError)
     assert "'busy' already holds runs" in str(second.exception)
     assert "--append" in str(second.exception)
-    third = CliRunner().invoke(emulate_command, [*args, "--append"])
+    third = cli_runner().invoke(emulate_command, [*args, "--append"])
     assert third.exit_code == 0, third.output
     _, runs = _runs(uri, "busy")
     assert len(runs) == 4  # two jobs, each a top-level run and rank 0's run

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.emulator import EmulationOptions, expected_truth, run_emulation
@@ -27,7 +27,7 @@ def test_emulate_and_report_through_a_server(mlflow_server: tuple[str, str], tmp
     run_emulation(options, url)  # written through the server's REST API
     truth = {(c["strategy"], c["workers"]): c for c in expected_truth(options)["configurations"]}
 
-    runner = CliRunner()
+    runner = cli_runner()
     args = ["generate-scalability-report", "-e", "e2e-http", "--format", "json", "-q"]
     over_http = runner.invoke(
         main, [*args, "--tracking-uri", url, "--plot-dir", str(tmp_path / "plots")]

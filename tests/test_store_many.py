@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import bulk_worker_runs, new_sqlite_store
 
-from itwin_report.emulator import mlflow_writer
 from itwin_report.store import _load, load_experiment, mlflow_api
 from itwin_report.store.api_reader import ApiReader
 
@@ -15,17 +15,20 @@ N_RUNS = 1005  # past MLflow's usual 1,000-run page and itwinai's cut-off
 
 
 @pytest.fixture(scope="module")
-def many_runs(tmp_path_factory: pytest.TempPathFactory) -> str:
+def many_runs(tmp_path_factory: pytest.TempPathFactory, sqlite_store_template: Path) -> str:
     """N_RUNS flat worker runs; every 100th logs one epoch_time_s point (value = index)."""
-    uri = f"sqlite:///{tmp_path_factory.mktemp('many') / 'many.db'}"
-    w = mlflow_writer.RunWriter(uri)
-    exp = w.experiment_id("many")
-    for i in range(N_RUNS):
-        run = w.create_run(exp, f"run-{i:04d}", i)
-        points = [("epoch_time_s", float(i), i, 0)] if i % 100 == 0 else []
-        w.log_batch(
-            run, points, {"strategy": "torch-ddp", "global_rank": 0, "global_world_size": 1}
-        )
+    uri = new_sqlite_store(sqlite_store_template, tmp_path_factory.mktemp("many") / "many.db")
+    params = {"strategy": "torch-ddp", "global_rank": 0, "global_world_size": 1}
+    runs = [
+        {
+            "name": f"run-{i:04d}",
+            "start": i,
+            "params": params,
+            "metrics": [("epoch_time_s", float(i), i, 0)] if i % 100 == 0 else [],
+        }
+        for i in range(N_RUNS)
+    ]
+    bulk_worker_runs(uri, "many", runs)
     return uri
 
 
