@@ -20,18 +20,19 @@ ITWINAI_REPORT_DEPS := "mlflow>=3" "numpy<2" "pandas<3" "click==8.1.8" \
 	typer hydra-core omegaconf validators seaborn scipy pyyaml requests
 
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-min test-postgres test-old-server test-registry lint bench clean-demo help
+.PHONY: install demo test test-min test-postgres test-old-server test-registry test-browser lint bench clean-demo help
 
 help:
-	@echo "make demo             emulate sample runs into mllogs/mlflow.db, print the report, write plots/"
+	@echo "make demo             emulate sample runs into mllogs/mlflow.db, print the report, write plots/ and report.html"
 	@echo "make test             install (if needed) and run the test suite (about two minutes)"
 	@echo "make test-min         the whole suite, PostgreSQL included, on the oldest supported versions"
 	@echo "make test-postgres    the tests against a real PostgreSQL server started by the suite"
 	@echo "make test-old-server  the tests reading through an MLflow 2.22 server (gunicorn)"
 	@echo "make test-registry    pip resolves the project with itwinai 0.4.2 (needs the registry)"
+	@echo "make test-browser     the HTML page in headless Chromium (installs Debian's chromium if missing)"
 	@echo "make lint             ruff (lint + format check) and mypy"
 	@echo "make bench            speed benchmarks: every ratio, printed and written under bench/out/"
-	@echo "make clean-demo       remove the demo store, truth file and plots"
+	@echo "make clean-demo       remove the demo store, truth file, plots and page"
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -45,10 +46,15 @@ $(DEMO_TRUTH): | $(STAMP)
 	$(VENV)/bin/itwin-report emulate --experiment-name $(DEMO_EXPERIMENT) --truth $@
 
 demo: $(STAMP) $(DEMO_TRUTH)
-	$(VENV)/bin/itwin-report generate-scalability-report --experiment-name $(DEMO_EXPERIMENT) --plot-dir plots --predict 64,128
+	$(VENV)/bin/itwin-report generate-scalability-report --experiment-name $(DEMO_EXPERIMENT) --plot-dir plots --predict 64,128 --html report.html
+	@echo "HTML report: report.html"
 
 test: $(STAMP)
 	$(PY) -m pytest -q
+
+test-browser: demo
+	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
+	ITWIN_REPORT_DEMO_PAGE=$(CURDIR)/report.html $(PY) -m pytest -q -m browser tests/test_browser.py
 
 $(MIN_STAMP): pyproject.toml constraints/min.txt
 	@test -x $(MIN_VENV)/bin/python || $(PYTHON) -m venv $(MIN_VENV)
@@ -57,7 +63,7 @@ $(MIN_STAMP): pyproject.toml constraints/min.txt
 	@touch $@
 
 test-min: $(MIN_STAMP)
-	$(MIN_VENV)/bin/python -m pytest -q -m 'not old_server and not registry'
+	$(MIN_VENV)/bin/python -m pytest -q -m 'not old_server and not registry and not browser'
 
 test-postgres: $(STAMP)
 	$(PY) -m pytest -q -m postgres
@@ -88,4 +94,4 @@ bench: $(STAMP) $(ITWINAI_STAMP)
 	ITWINAI_PYTHON=$(CURDIR)/$(ITWINAI_VENV)/bin/python $(PY) bench/bench.py
 
 clean-demo:
-	rm -rf mllogs/mlflow.db mllogs/artifacts/$(DEMO_EXPERIMENT) $(DEMO_TRUTH) plots
+	rm -rf mllogs/mlflow.db mllogs/artifacts/$(DEMO_EXPERIMENT) $(DEMO_TRUTH) plots report.html

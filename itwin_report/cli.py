@@ -224,16 +224,23 @@ def _styled(fmt: str, output: Path | None) -> bool:
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(FORMATS),
+    type=click.Choice((*FORMATS, "html")),
     default="table",
     show_default=True,
-    help="Output format.",
+    help="Output format (html: one self-contained page with inline plots).",
 )
 @click.option(
     "--output",
     "-o",
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the report to FILE instead of stdout.",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="PATH",
+    help="Also write the report as a self-contained HTML page to PATH.",
 )
 @click.option(
     "--plot-dir",
@@ -326,6 +333,7 @@ def generate_scalability_report(
     warmup_epochs: int,
     fmt: str,
     output: Path | None,
+    html_path: Path | None,
     plot_dir: Path,
     plot_format: str,
     no_plots: bool,
@@ -360,6 +368,8 @@ def generate_scalability_report(
       itwin-report generate-scalability-report -e my-exp --predict 64,128
       itwin-report generate-scalability-report -e my-exp --strategy-param backend \
         --workers-param world_size
+      itwin-report generate-scalability-report -e my-exp --format html -o report.html
+      itwin-report generate-scalability-report -e my-exp --html report.html --no-plots
     """
     from itwin_report import store
     from itwin_report.render import render
@@ -368,7 +378,11 @@ def generate_scalability_report(
     rate = _parse_rate_config(rate_config)
     targets = _parse_workers(predict)
     uri = store.resolve_tracking_uri(tracking_uri)
-    outputs = {"--output": output, "--plot-dir": None if no_plots else plot_dir}
+    outputs = {
+        "--output": output,
+        "--html": html_path,
+        "--plot-dir": None if no_plots else plot_dir,
+    }
     conflict = store.check_outputs(uri, outputs)
     if conflict:
         raise _Failure(conflict, EXIT_USAGE)
@@ -391,10 +405,15 @@ def generate_scalability_report(
         scaling=scaling,
         predict_workers=targets,
     )
-    text = render(report, fmt, styled=_styled(fmt, output))
+    want_page = fmt == "html" or html_path is not None
+    plots = _plots(report) if want_page or not no_plots else None
+    page = _html_page(report, data, plots) if want_page else ""
+    text = page if fmt == "html" else render(report, fmt, styled=_styled(fmt, output))
     _emit(text, output)
+    if html_path is not None:
+        _emit(page, html_path)
     if not no_plots:
-        _save_plots(report, plot_dir, plot_format, quiet)
+        _save_plots(plots, plot_dir, plot_format, quiet)
     if fail_under_efficiency is not None:
         failing = below_efficiency(report, fail_under_efficiency)
         if len(failing):
@@ -418,20 +437,35 @@ def _emit(text: str, output: Path | None) -> None:
         raise ReportError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
-def _save_plots(report: Any, plot_dir: Path, plot_format: str, quiet: bool) -> None:
+def _plots(report: Any) -> Any:
+    """The report's figures, built once for the page and the plot files."""
+    from itwin_report.plots import plot_report
+
+    return plot_report(report)
+
+
+def _html_page(report: Any, data: Any, plots: Any) -> str:
+    from itwin_report.render.html import page_context, page_plots, page_time, render_html
+
+    context = page_context(data, __version__, page_time(os.environ))
+    return render_html(report, context, page_plots(plots))
+
+
+def _save_plots(plots: Any, plot_dir: Path, plot_format: str, quiet: bool) -> None:
     """Draw the plots into a staging folder inside ``plot_dir``, then move them in."""
     from itwin_report import atomic
-    from itwin_report.plots import make_figures, save_figures
+    from itwin_report.plots import save_figures
 
     try:
         with atomic.staging_dir(plot_dir) as staging:
-            paths = atomic.publish(
-                save_figures(make_figures(report), staging, plot_format), plot_dir
-            )
+            paths = atomic.publish(save_figures(plots.figures, staging, plot_format), plot_dir)
     except OSError as exc:
         raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
     if not quiet:
-        click.echo(mask_text(f"Wrote {len(paths)} plots to {plot_dir}/ ({plot_format})"), err=True)
+        missing = "; ".join(f"{name}: {why}" for name, why in plots.missing.items())
+        tail = f"; not drawn: {missing}" if missing else ""
+        line = f"Wrote {len(paths)} plots to {plot_dir}/ ({plot_format}){tail}"
+        click.echo(mask_text(line), err=True)
 
 
 @main.command("merge-performance")

@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 from test_report_builders import make_data, metric, profile, run, smoothed
 
 from itwin_report.errors import ReportError
-from itwin_report.plots import PALETTE, make_figures, save_figures, strategy_colors
+from itwin_report.plots import (
+    PALETTE,
+    figure_svg,
+    make_figures,
+    plot_report,
+    save_figures,
+    strategy_colors,
+)
 from itwin_report.report import build_report
 
 R, G = "local_samples_per_sec", "avg_samples_per_sec"
@@ -135,3 +143,113 @@ def test_empty_report_and_bad_format(tmp_path: Path) -> None:
     blocker.write_text("x")
     with pytest.raises(ReportError, match="cannot write plots"):
         save_figures(make_figures(report()), blocker / "sub")
+
+
+def two_bases_report():
+    # ddp at 4, 8, 16 and hvd at 8, 16 only; both scale linearly from their own base
+    runs, metrics = [], []
+    for strategy, counts in (("ddp", [4, 8, 16]), ("hvd", [8, 16])):
+        for w in counts:
+            rid = f"{strategy}{w}"
+            runs.append(run(rid, rid, strategy, w))
+            metrics += metric(rid, "epoch_time_s", [160.0 / w] * 3)
+    return build_report(make_data(runs, metrics))
+
+
+def test_speedup_ideal_per_base_agrees_with_table() -> None:
+    rep = two_bases_report()
+    table = rep.epoch_time.set_index(["strategy", "workers"])
+    # each strategy against its own base: hvd at 8 workers is speedup 1, efficiency 100 %
+    assert table.loc[("hvd", 8), "speedup"] == pytest.approx(1.0)
+    assert table.loc[("hvd", 8), "efficiency"] == pytest.approx(1.0)
+    lines = line_data(make_figures(rep)["speedup"].axes[0])
+    # ideal speedup = workers / base: from 4 -> 1, 2, 4 at 4..16; from 8 -> 1, 2 at 8, 16
+    assert lines["ideal from 4 workers"] == ([4, 16], [1.0, 4.0])
+    assert lines["ideal from 8 workers"] == ([8, 16], [1.0, 2.0])
+    # a row at 100 % efficiency lies on the ideal of its own base
+    hvd_x, hvd_y = lines["hvd"]
+    assert hvd_x == [8, 16] and hvd_y == pytest.approx([1.0, 2.0])
+
+
+def test_one_layout_pass_and_no_layout_engine(tmp_path: Path) -> None:
+    figures = make_figures(report())
+    draws = []
+    for fig in figures.values():
+        assert fig.get_layout_engine() is None
+        fig.canvas.mpl_connect("draw_event", lambda event: draws.append(event))
+    save_figures(figures, tmp_path, "png")
+    assert len(draws) == len(figures)  # each figure drawn exactly once
+
+
+HOSTILE = ["<script>alert(1)</script>", "$x^2$ ../../etc/passwd", "a&b \"q\" 'q'"]
+
+
+def hostile_report():
+    runs, metrics = [], []
+    for i, strategy in enumerate(HOSTILE):
+        for w in (2, 4):
+            rid = f"r{i}-{w}"
+            runs.append(run(rid, rid, strategy, w))
+            metrics += metric(rid, "epoch_time_s", [10.0 / w] * 3)
+            metrics += metric(rid, "gpu_power_W", [50.0] * 4)
+    return build_report(make_data(runs, metrics))
+
+
+def test_store_values_never_name_files_and_stay_literal(tmp_path: Path) -> None:
+    rep = hostile_report()
+    figures = make_figures(rep)
+    legend = [t.get_text() for t in figures["epoch_time"].axes[0].get_legend().get_texts()]
+    paths = save_figures(figures, tmp_path / "plots", "svg")
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(p.name for p in paths)
+    assert {p.stem for p in paths} == {"epoch_time", "speedup", "efficiency", "gpu_energy"}
+    assert [p.parent for p in paths] == [tmp_path / "plots"] * 4
+    # "$" escaped so matplotlib shows it instead of starting mathtext
+    assert sorted(legend) == sorted(h.replace("$", "\\$") for h in HOSTILE)
+
+
+def test_missing_plots_say_why() -> None:
+    runs, metrics, profs = [], [], []
+    for w in (1, 2):
+        rid = f"cpu{w}"
+        runs.append(run(rid, rid, "ddp", w))
+        metrics += metric(rid, "epoch_time_s", [4.0 / w] * 2)
+        # a profile recorded without a GPU: zero device time in every row
+        profs += profile(rid, [("aten::mm", 0), ("gloo:all_reduce", 0)])
+    plots = plot_report(build_report(make_data(runs, metrics, profs)))
+    assert list(plots.figures) == ["epoch_time", "speedup", "efficiency"]
+    assert plots.missing == {
+        "computation": "profiles hold no GPU time (recorded without a GPU?)",
+        "gpu_energy": "no GPU metrics",
+        "gpu_utilization": "no GPU metrics",
+        "throughput": "no throughput data",
+        "rates": "no Rate/GlobalRate metrics",
+    }
+
+
+def test_svg_keeps_text_as_escaped_text() -> None:
+    import xml.etree.ElementTree as ET
+
+    rep = hostile_report()
+    fig = make_figures(rep)["epoch_time"]
+    svg = figure_svg(fig, "epoch_time")
+    assert svg.startswith("<svg") and svg.endswith("</svg>")
+    assert "<script" not in svg and "<path d" in svg
+    root = ET.fromstring(svg)  # well-formed XML
+    ns = "{http://www.w3.org/2000/svg}"
+    texts = ["".join(t.itertext()) for t in root.iter(f"{ns}text")]
+    assert "Workers (GPUs)" in texts
+    assert set(HOSTILE) <= set(texts)  # names as literal text, "$" shown as itself
+    assert not [e for e in root.iter() if e.tag.endswith(("script", "foreignObject"))]
+    other = figure_svg(make_figures(rep)["speedup"], "speedup")
+    ids = set(re.findall(r'id="([^"]+)"', svg))
+    assert ids and not ids & set(re.findall(r'id="([^"]+)"', other))
+
+
+def test_throughput_ideal_agrees_with_table_efficiency(figs) -> None:
+    rep, figures = figs
+    lines = line_data(figures["throughput"].axes[0])
+    for rec in rep.throughput.to_dict("records"):
+        xs, ys = lines[f"{rec['strategy']} ideal"]
+        if rec["workers"] == xs[-1]:
+            # the table's efficiency = measured / ideal at the same worker count
+            assert rec["samples_per_sec"] / ys[-1] == pytest.approx(rec["efficiency"])

@@ -1,14 +1,15 @@
-"""Figures of a report (matplotlib object API, Agg canvas; no pyplot state).
+"""One definition per figure of a report (matplotlib object API, Agg canvas; no pyplot state).
+
+Figures are laid out once with fixed margins (no layout engine, no tight bounding box), so
+saving draws each figure a single time. Store values (strategy names) reach matplotlib only
+through :func:`label`, which keeps ``$`` from starting mathtext.
 
 Light module: matplotlib is imported inside functions.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING
-
-from itwin_report.errors import ReportError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -17,7 +18,6 @@ if TYPE_CHECKING:
 
     from itwin_report.report import Report
 
-SAVE_FORMATS = ("png", "svg", "pdf")
 PALETTE = (
     "#1f77b4",
     "#ff7f0e",
@@ -31,6 +31,18 @@ PALETTE = (
     "#17becf",
 )
 IDEAL_COLOR = "0.4"
+FIGSIZE = (7.5, 4.8)
+# fixed margins (fractions of the figure): room for a two-line title, tick labels, and a
+# legend outside the axes on the right for bar charts
+MARGINS = {"left": 0.1, "right": 0.97, "bottom": 0.11, "top": 0.86}
+OUTSIDE_LEGEND_RIGHT = 0.8
+
+
+def label(text: object) -> str:
+    """A store value as matplotlib text: literal (never mathtext), control characters escaped."""
+    from itwin_report.render.safe import terminal
+
+    return terminal(str(text)).replace("$", r"\$")
 
 
 def strategy_colors(report: Report) -> dict[str, str]:
@@ -41,12 +53,14 @@ def strategy_colors(report: Report) -> dict[str, str]:
     return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(sorted(names))}
 
 
-def _figure(title: str) -> tuple[Figure, Axes]:
+def _figure(title: str, **margins: float) -> tuple[Figure, Axes]:
+    """A figure with one axes, laid out once with fixed margins (``margins`` override them)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=(7.5, 4.8), layout="constrained")
+    fig = Figure(figsize=FIGSIZE)
     FigureCanvasAgg(fig)
+    fig.subplots_adjust(**{**MARGINS, **margins})
     ax = fig.add_subplot()
     ax.set_title(title)
     ax.grid(True, alpha=0.3)
@@ -101,7 +115,7 @@ def _lines(
     colors = strategy_colors(report)
     fig, ax = _figure(title)
     for strategy, workers, values in series:
-        ax.plot(workers, values, marker="o", color=colors[strategy], label=strategy)
+        ax.plot(workers, values, marker="o", color=colors[strategy], label=label(strategy))
     _worker_ticks(ax, sorted({w for _, ws, _ in series for w in ws}))
     ax.set_ylabel(ylabel)
     return fig, ax
@@ -139,14 +153,29 @@ def speedup_figure(report: Report) -> Figure | None:
     return fig
 
 
+def ideal_bases(table: pd.DataFrame) -> dict[float, list[int]]:
+    """Ideal-scaling base (workers at speedup 1) -> the worker counts it covers.
+
+    Read back from the table itself: efficiency = speedup / scale, so the ideal speedup of a
+    row is speedup / efficiency and its base is workers / that. Each strategy is measured
+    against its own base, so a strategy's row at 100 % efficiency lies on its ideal line.
+    """
+    known = table[table["speedup"].notna() & (table["efficiency"] > 0)]
+    bases: dict[float, set[int]] = {}
+    for rec in known.to_dict("records"):
+        base = float(rec["workers"]) * float(rec["efficiency"]) / float(rec["speedup"])
+        key = next((b for b in bases if abs(b - base) <= 1e-6 * base), round(base, 9))
+        bases.setdefault(key, set()).add(int(rec["workers"]))
+    return {b: sorted(ws) for b, ws in sorted(bases.items())}
+
+
 def _ideal_speedup(ax: Axes, table: pd.DataFrame) -> None:
-    """Dashed ideal line: speedup = workers / base, from the smallest base to the largest count."""
-    known = table[table["speedup"].notna()]
-    base = int(known.loc[known["speedup"] == 1.0, "workers"].min())
-    top = int(known["workers"].max())
-    ax.plot(
-        [base, top], [1.0, top / base], label="ideal (linear)", color=IDEAL_COLOR, linestyle="--"
-    )
+    """Dashed ideal lines, speedup = workers / base: one per distinct base in the table."""
+    bases = ideal_bases(table)
+    for base, workers in bases.items():
+        low, top = min(workers), max(workers)
+        name = "ideal (linear)" if len(bases) == 1 else f"ideal from {base:g} workers"
+        ax.plot([low, top], [low / base, top / base], label=name, color=IDEAL_COLOR, ls="--")
 
 
 def efficiency_figure(report: Report) -> Figure | None:
@@ -182,20 +211,37 @@ def throughput_figure(report: Report) -> Figure | None:
     fig, ax = made
     _plain_log_y(ax)
     colors = strategy_colors(report)
-    for strategy, workers, values in _by_strategy(report.throughput, "samples_per_sec"):
-        base_w, base_v = workers[0], values[0]
+    for strategy, workers, ideal in _ideal_throughput(report.throughput):
         ax.plot(
-            [base_w, workers[-1]],
-            [base_v, base_v * workers[-1] / base_w],
+            [workers[0], workers[-1]],
+            [ideal[0], ideal[-1]],
             color=colors[strategy],
             linestyle="--",
             alpha=0.6,
-            label=f"{strategy} ideal",
+            label=label(f"{strategy} ideal"),
         )
     sources = sorted({str(s) for s in report.throughput["source"]})
     ax.legend(title="Strategy")
     ax.set_title(f"{ax.get_title()}\n(source: {', '.join(sources)}; dashed: linear from the base)")
     return fig
+
+
+def _ideal_throughput(table: pd.DataFrame) -> list[tuple[str, list[int], list[float]]]:
+    """Per strategy: linear throughput from its base, as the table's efficiency states it.
+
+    Ideal throughput = samples/s / efficiency; without an efficiency, linear from the
+    strategy's first point.
+    """
+    out = []
+    for strategy, workers, values in _by_strategy(table, "samples_per_sec"):
+        mine = table[(table["strategy"].astype(str) == strategy) & table["samples_per_sec"].notna()]
+        eff = [float(e) for e in mine.sort_values("workers")["efficiency"]]
+        if all(e > 0 for e in eff):
+            ideal = [v / e for v, e in zip(values, eff, strict=True)]
+        else:
+            ideal = [values[0] * w / workers[0] for w in workers]
+        out.append((strategy, workers, ideal))
+    return out
 
 
 def _grouped_bars(
@@ -209,14 +255,14 @@ def _grouped_bars(
     workers = sorted({int(w) for w in known["workers"]})
     strategies = sorted({str(s) for s in known["strategy"]})
     width = 0.8 / len(strategies)
-    fig, ax = _figure(title)
+    fig, ax = _figure(title, right=OUTSIDE_LEGEND_RIGHT)
     ax.grid(False, axis="x")
     for i, strategy in enumerate(strategies):
         mine = known[known["strategy"] == strategy]
         xs = [
             workers.index(int(w)) + (i - (len(strategies) - 1) / 2) * width for w in mine["workers"]
         ]
-        ax.bar(xs, list(mine[column]), width=width, color=colors[strategy], label=strategy)
+        ax.bar(xs, list(mine[column]), width=width, color=colors[strategy], label=label(strategy))
     ax.set_xticks(range(len(workers)), [str(w) for w in workers])
     ax.set_xlabel("Workers (GPUs)")
     ax.set_ylabel(ylabel)
@@ -253,7 +299,7 @@ def computation_figure(report: Report) -> Figure | None:
     if table.empty:
         return None
     colors = strategy_colors(report)
-    fig, ax = _figure("Computation vs other (share of GPU time)")
+    fig, ax = _figure("Computation vs other (share of GPU time)", right=0.74, bottom=0.17)
     ax.grid(False, axis="x")
     comp = [float(v) for v in table["computation_fraction"]]
     comm = [float(v) if v == v else 0.0 for v in table["communication_fraction"]]
@@ -280,7 +326,7 @@ def computation_figure(report: Report) -> Figure | None:
         ax.text(
             sum(group) / len(group),
             -0.09,
-            strategy,
+            label(strategy),
             transform=ax.get_xaxis_transform(),
             ha="center",
             va="top",
@@ -302,7 +348,7 @@ def rates_figure(report: Report) -> Figure | None:
         return None
     strategy, workers = report.rate_config
     color = strategy_colors(report).get(strategy, PALETTE[0])
-    fig, ax = _figure(f"Per-worker rates: {strategy}, {workers} workers")
+    fig, ax = _figure(label(f"Per-worker rates: {strategy}, {workers} workers"))
     rate = series[series["key"] == RATE]
     glob = series[series["key"] == GLOBAL_RATE]
     if len(rate):
@@ -397,44 +443,3 @@ def prediction_figure(report: Report) -> Figure | None:
     ax.set_ylabel("Average epoch time (s)")
     ax.legend(fontsize="small")
     return fig
-
-
-FIGURES = {
-    "epoch_time": epoch_time_figure,
-    "speedup": speedup_figure,
-    "efficiency": efficiency_figure,
-    "computation": computation_figure,
-    "gpu_energy": gpu_energy_figure,
-    "gpu_utilization": gpu_utilization_figure,
-    "throughput": throughput_figure,
-    "rates": rates_figure,
-    "prediction": prediction_figure,
-}
-
-
-def make_figures(report: Report) -> dict[str, Figure]:
-    """Name -> figure, only for plots that have data."""
-    figures = {}
-    for name, build in FIGURES.items():
-        fig = build(report)
-        if fig is not None:
-            figures[name] = fig
-    return figures
-
-
-def save_figures(figures: dict[str, Figure], plot_dir: Path, fmt: str = "png") -> list[Path]:
-    """Write each figure to ``plot_dir/<name>.<fmt>``; figures are cleared once written."""
-    if fmt not in SAVE_FORMATS:
-        raise ReportError(f"unknown plot format {fmt!r}; use one of {', '.join(SAVE_FORMATS)}")
-    plot_dir = Path(plot_dir)
-    paths = []
-    try:
-        plot_dir.mkdir(parents=True, exist_ok=True)
-        for name, fig in figures.items():
-            path = plot_dir / f"{name}.{fmt}"
-            fig.savefig(path, format=fmt, dpi=120)
-            fig.clear()
-            paths.append(path)
-    except OSError as exc:
-        raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
-    return paths

@@ -1,0 +1,147 @@
+"""Which figures a report has, why the others are missing, and writing figures out.
+
+File names are the fixed figure names (``speedup.png``), never store values. The same figure
+definitions serve the PNG/SVG/PDF files and the inline SVG of the HTML page.
+
+Light module: matplotlib is imported inside functions.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from itwin_report.errors import ReportError
+from itwin_report.plots import figures as f
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from itwin_report.report import Report
+
+SAVE_FORMATS = ("png", "svg", "pdf")
+DPI = 120
+
+FIGURES: dict[str, Callable[[Report], Figure | None]] = {
+    "epoch_time": f.epoch_time_figure,
+    "speedup": f.speedup_figure,
+    "efficiency": f.efficiency_figure,
+    "computation": f.computation_figure,
+    "gpu_energy": f.gpu_energy_figure,
+    "gpu_utilization": f.gpu_utilization_figure,
+    "throughput": f.throughput_figure,
+    "rates": f.rates_figure,
+    "prediction": f.prediction_figure,
+}
+# figures drawn only when asked for (``--predict``): their absence needs no reason
+_ON_REQUEST = ("prediction",)
+
+# figure -> (table, column it plots, reason when the table is empty, reason when the column is)
+_SOURCES: dict[str, tuple[str, str, str, str]] = {
+    "epoch_time": ("epoch_time", "avg_epoch_time_s", "no epoch times", "no epoch times"),
+    "speedup": ("epoch_time", "speedup", "no epoch times", "no speedup (no baseline run)"),
+    "efficiency": ("epoch_time", "efficiency", "no epoch times", "no efficiency (no baseline)"),
+    "computation": (
+        "computation",
+        "computation_fraction",
+        "no profiler data",
+        "profiles hold no GPU time (recorded without a GPU?)",
+    ),
+    "gpu_energy": ("gpu", "energy_wh", "no GPU metrics", "no GPU power readings"),
+    "gpu_utilization": (
+        "gpu",
+        "utilization_pct",
+        "no GPU metrics",
+        "no GPU utilization readings",
+    ),
+    "throughput": ("throughput", "samples_per_sec", "no throughput data", "no throughput data"),
+}
+
+
+@dataclass
+class PlotSet:
+    """The figures a report has (name -> figure) and, for the others, why not (name -> reason)."""
+
+    figures: dict[str, Figure] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def missing_reason(report: Report, name: str) -> str:
+    """Why figure ``name`` has no data, in a few words."""
+    if name == "rates":
+        return "no Rate/GlobalRate metrics"
+    table, _column, if_empty, if_nan = _SOURCES[name]
+    frame = getattr(report, table)
+    return if_empty if frame.empty else if_nan
+
+
+def plot_report(report: Report) -> PlotSet:
+    """Every figure that has data, and the reason each other one is missing."""
+    out = PlotSet()
+    for name, build in FIGURES.items():
+        fig = build(report)
+        if fig is None:
+            if name not in _ON_REQUEST:
+                out.missing[name] = missing_reason(report, name)
+        else:
+            out.figures[name] = fig
+    return out
+
+
+def make_figures(report: Report) -> dict[str, Figure]:
+    """Name -> figure, only for plots that have data."""
+    return plot_report(report).figures
+
+
+def save_figures(figures: dict[str, Figure], plot_dir: Path, fmt: str = "png") -> list[Path]:
+    """Write each figure to ``plot_dir/<name>.<fmt>``; figures are cleared once written."""
+    if fmt not in SAVE_FORMATS:
+        raise ReportError(f"unknown plot format {fmt!r}; use one of {', '.join(SAVE_FORMATS)}")
+    unknown = [name for name in figures if name not in FIGURES]
+    if unknown:
+        raise ReportError(f"unknown figure names: {', '.join(map(repr, unknown))}")
+    plot_dir = Path(plot_dir)
+    paths = []
+    try:
+        plot_dir.mkdir(parents=True, exist_ok=True)
+        for name, fig in figures.items():
+            path = plot_dir / f"{name}.{fmt}"
+            fig.savefig(path, format=fmt, dpi=DPI, metadata=_metadata(fmt))
+            fig.clear()
+            paths.append(path)
+    except OSError as exc:
+        raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
+    return paths
+
+
+def _metadata(fmt: str) -> dict[str, str | None]:
+    """No creation date in the files, so the same report gives the same bytes."""
+    return {"Date": None} if fmt in ("svg", "pdf") else {}
+
+
+_XML_PROLOGUE = re.compile(r"\A.*?(?=<svg\b)", re.DOTALL)
+_METADATA = re.compile(r"\s*<metadata>.*?</metadata>", re.DOTALL)
+_ID_REF = re.compile(r'(\bid="|url\(#|xlink:href="#)([^"()]+)')
+_SAFE_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
+def figure_svg(fig: Figure, name: str) -> str:
+    """``fig`` as an ``<svg>`` element to inline in HTML: text kept as text, unique ids.
+
+    Matplotlib escapes every text it writes (``<``, ``>``, ``&``, quotes). The XML prologue,
+    doctype and RDF metadata are dropped, and every id (and reference to one) is prefixed with
+    ``name``, so several figures can share one page; the figure is left as it was.
+    """
+    from matplotlib import rc_context
+
+    if not _SAFE_NAME.fullmatch(name):
+        raise ValueError(f"figure name must be a plain identifier, got {name!r}")
+    buf = io.StringIO()
+    with rc_context({"svg.fonttype": "none", "svg.hashsalt": f"itwin-report-{name}"}):
+        fig.savefig(buf, format="svg", metadata={"Date": None})
+    svg = _METADATA.sub("", _XML_PROLOGUE.sub("", buf.getvalue(), count=1), count=1).strip()
+    return _ID_REF.sub(lambda m: f"{m.group(1)}{name}-{m.group(2)}", svg)

@@ -1,0 +1,228 @@
+"""Plain sentences computed from a report's tables: the summary and the methods of a page.
+
+Numbers are formatted with the tables' own formatters, so a sentence shows the same digits as
+the table it comes from. Light module: pandas is only touched through the report's frames.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from itwin_report.render.layout import VERDICT_WORDS, warmup_line
+from itwin_report.tables import SPECS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from itwin_report.report import Report
+
+# what each column means, by column name (shared by tables that use the same name)
+COLUMN_NOTES: dict[str, str] = {
+    "strategy": "distributed strategy (DDP, DeepSpeed, Horovod, ...) as logged by the runs",
+    "workers": "number of workers (GPUs) of the configuration: the global world size",
+    "runs": "jobs of the configuration that contribute data to this table",
+    "epochs": "epoch times averaged, after the warm-up epochs, pooled over the runs",
+    "avg_epoch_time_s": "mean epoch time over all those epochs",
+    "std_epoch_time_s": "sample std of the per-run mean epoch times (needs two runs)",
+    "speedup": "base value / this value (epoch time) or this value / base value (throughput)",
+    "efficiency": "speedup x base workers / workers; 100 % is linear scaling",
+    "energy_wh": "energy of one run, all its GPUs, averaged over runs",
+    "energy_wh_per_epoch": "run energy / its epochs (warm-up included), averaged over runs",
+    "utilization_pct": "mean GPU utilization (share of time a kernel ran) over all samples",
+    "avg_power_w": "mean power of one GPU over all samples",
+    "computation_fraction": "share of profiled GPU time in compute kernels (aten::, c10::, ...)",
+    "communication_fraction": "share of profiled GPU time in collectives (NCCL, all-reduce, ...)",
+    "samples_per_sec": "samples per second of the whole job, averaged over runs",
+    "samples_per_sec_per_gpu": "samples per second / workers",
+    "est_samples_per_sec": "the trainer's own estimate of samples per second (performance.json)",
+    "achieved_fraction": "samples per second / estimate",
+    "input_bound": "input-bottleneck verdict: yes, no, or n/a when undecided",
+    "source": "where the throughput comes from: performance.json, rate metrics or epoch time",
+}
+
+
+def _fmt(table: str, column: str, value: Any) -> str:
+    """``value`` as the table shows it in ``column``."""
+    return SPECS[table].column(column).fmt(value)
+
+
+def _known(value: Any) -> bool:
+    return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{str(k): v for k, v in rec.items()} for rec in frame.to_dict("records")]
+
+
+def _largest(frame: pd.DataFrame, column: str) -> list[dict[str, Any]]:
+    """Per strategy, its row with the most workers among rows where ``column`` is known."""
+    best: dict[str, dict[str, Any]] = {}
+    for rec in _records(frame):
+        if _known(rec[column]) and (
+            rec["strategy"] not in best or rec["workers"] > best[rec["strategy"]]["workers"]
+        ):
+            best[rec["strategy"]] = rec
+    return [best[s] for s in sorted(best, key=str)]
+
+
+def fastest_sentences(report: Report) -> list[str]:
+    """The fastest strategy at each worker count measured by two strategies or more."""
+    rows = [r for r in _records(report.epoch_time) if _known(r["avg_epoch_time_s"])]
+    out = []
+    for workers in sorted({int(r["workers"]) for r in rows}):
+        here = sorted(
+            (r for r in rows if int(r["workers"]) == workers), key=lambda r: r["avg_epoch_time_s"]
+        )
+        if len(here) < 2:
+            continue
+        first, second = here[0], here[1]
+        t1, t2 = (
+            _fmt("epoch_time", "avg_epoch_time_s", first["avg_epoch_time_s"]),
+            _fmt("epoch_time", "avg_epoch_time_s", second["avg_epoch_time_s"]),
+        )
+        s1, s2 = first["std_epoch_time_s"], second["std_epoch_time_s"]
+        gap = second["avg_epoch_time_s"] - first["avg_epoch_time_s"]
+        if _known(s1) and _known(s2) and gap <= s1 + s2:
+            out.append(
+                f"At {workers} workers, {first['strategy']} ({t1}) and {second['strategy']} ({t2})"
+                " are within noise: their gap is no larger than their spreads between runs."
+            )
+            continue
+        ratio = second["avg_epoch_time_s"] / first["avg_epoch_time_s"]
+        spread = "" if _known(s1) and _known(s2) else " (single runs: spread unknown)"
+        out.append(
+            f"At {workers} workers, {first['strategy']} is fastest with {t1} per epoch; "
+            f"next is {second['strategy']} with {t2} ({ratio:.2f}x slower){spread}."
+        )
+    return out
+
+
+def efficiency_sentences(report: Report) -> list[str]:
+    """Each strategy's parallel efficiency at its largest worker count."""
+    out = []
+    for rec in _largest(report.epoch_time, "efficiency"):
+        base = rec["workers"] * rec["efficiency"] / rec["speedup"] if rec["speedup"] else math.nan
+        base_txt = f" over {base:g} workers" if _known(base) else ""
+        out.append(
+            f"{rec['strategy']} reaches "
+            f"{_fmt('epoch_time', 'efficiency', rec['efficiency'])} parallel efficiency at "
+            f"{int(rec['workers'])} workers (speedup "
+            f"{_fmt('epoch_time', 'speedup', rec['speedup'])}{base_txt})."
+        )
+    return out
+
+
+def time_sentences(report: Report) -> list[str]:
+    """Where GPU time goes at each strategy's largest profiled worker count."""
+    out = []
+    for rec in _largest(report.computation, "computation_fraction"):
+        comm = rec["communication_fraction"]
+        other = 1.0 - rec["computation_fraction"] - (comm if _known(comm) else 0.0)
+        out.append(
+            f"At {int(rec['workers'])} workers, {rec['strategy']} spends "
+            f"{_fmt('computation', 'computation_fraction', rec['computation_fraction'])} of GPU "
+            f"time in computation, {_fmt('computation', 'communication_fraction', comm)} in "
+            f"communication and {_fmt('computation', 'computation_fraction', max(0.0, other))}"
+            " elsewhere."
+        )
+    return out
+
+
+def verdict_sentences(report: Report) -> list[str]:
+    """The input-bottleneck verdict over all throughput rows."""
+    groups: dict[str, list[str]] = {}
+    for rec in _records(report.throughput):
+        bound = rec["input_bound"]
+        word = VERDICT_WORDS[bool(bound) if _known(bound) else None]
+        groups.setdefault(word, []).append(f"{rec['strategy']}-{int(rec['workers'])}")
+    if not groups:
+        return []
+    total = sum(len(v) for v in groups.values())
+    if set(groups) == {"not input-bound"}:
+        return [f"No configuration is input-bound ({total} checked)."]
+    out = []
+    for word in ("input-bound", "not input-bound", "undecided"):
+        if word in groups:
+            names = ", ".join(groups[word])
+            out.append(f"{word.capitalize()}: {names}.")
+    return [" ".join(out)]
+
+
+def energy_sentences(report: Report) -> list[str]:
+    """Energy per epoch from each strategy's smallest to its largest worker count."""
+    out = []
+    by_strategy: dict[str, list[dict[str, Any]]] = {}
+    for rec in _records(report.gpu):
+        if _known(rec["energy_wh_per_epoch"]):
+            by_strategy.setdefault(rec["strategy"], []).append(rec)
+    for strategy in sorted(by_strategy, key=str):
+        recs = sorted(by_strategy[strategy], key=lambda r: r["workers"])
+        low, high = recs[0], recs[-1]
+        e_low = _fmt("gpu", "energy_wh_per_epoch", low["energy_wh_per_epoch"])
+        if low is high:
+            out.append(
+                f"Energy per epoch for {strategy}: {e_low} at {int(low['workers'])} workers "
+                "(one size measured)."
+            )
+            continue
+        e_high = _fmt("gpu", "energy_wh_per_epoch", high["energy_wh_per_epoch"])
+        ratio = (
+            f" ({high['energy_wh_per_epoch'] / low['energy_wh_per_epoch']:.2f}x)"
+            if low["energy_wh_per_epoch"] > 0
+            else ""
+        )
+        out.append(
+            f"Energy per epoch for {strategy} goes from {e_low} at {int(low['workers'])} workers "
+            f"to {e_high} at {int(high['workers'])} workers{ratio}."
+        )
+    return out
+
+
+def summary_sentences(report: Report) -> list[str]:
+    """The page's summary: fastest strategy per size, efficiency, time, verdict, energy."""
+    if report.epoch_time.empty:
+        lines = ["No epoch times were found, so no scaling can be stated."]
+    else:
+        lines = fastest_sentences(report) + efficiency_sentences(report)
+    lines += time_sentences(report) + verdict_sentences(report) + energy_sentences(report)
+    return lines
+
+
+def base_sentence(report: Report) -> str:
+    """Which base each strategy's speedup is measured against, read back from the table."""
+    bases: dict[str, float] = {}
+    for rec in _records(report.epoch_time):
+        if _known(rec["speedup"]) and _known(rec["efficiency"]) and rec["speedup"] > 0:
+            bases.setdefault(rec["strategy"], rec["workers"] * rec["efficiency"] / rec["speedup"])
+    if not bases:
+        return "No speedup could be computed: no strategy has a base configuration."
+    listed = ", ".join(f"{s} {b:g} workers" for s, b in sorted(bases.items(), key=str))
+    return (
+        "Speedup and efficiency are measured against a base configuration, where the speedup is 1: "
+        "speedup = epoch time at the base / epoch time, efficiency = speedup x base workers / "
+        f"workers. Bases in this report: {listed}. The dashed ideal lines of the plots start from "
+        "the same bases, so a row at 100 % efficiency lies on its line."
+    )
+
+
+def methods_paragraphs(report: Report, warmup: str = "") -> list[str]:
+    """How the numbers were computed, in plain sentences (``warmup``: the report's own line)."""
+    return [
+        (warmup or warmup_line(report))
+        + " Warm-up epochs are slower (data loading, compilation, cache warm-up); leaving them out"
+        " measures the steady state. Energy per epoch divides by all epochs, warm-up included.",
+        base_sentence(report),
+        "Intervals: the spread between runs is the sample standard deviation (ddof = 1) of the "
+        "per-run mean epoch times, shown as n/a when a configuration has a single run. In the "
+        "summary, two strategies are within noise when the gap between their epoch times is no "
+        "larger than the sum of their spreads.",
+        "Energy sums each GPU's power samples times the probing interval; it is averaged over "
+        "runs, never summed across them. Utilization is the share of time a kernel ran, so "
+        "communication kernels count as busy.",
+        "Throughput comes, per strategy, from the most preferred source that covers all its "
+        "configurations: performance.json, then the logged rate metrics, then epoch time and "
+        "samples per epoch. The input-bottleneck verdict compares achieved with estimated "
+        "throughput, GPU idle time and the collectives' share of device time; the evidence line "
+        "of each configuration lists what it saw.",
+    ]

@@ -1,0 +1,384 @@
+"""The HTML page: read back with html.parser, tables equal to the JSON report, offline, safe."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from test_report_builders import make_data, metric, profile, run
+
+from itwin_report.cli import main
+from itwin_report.render.html import PageContext, page_context, page_plots, page_time, render_html
+from itwin_report.report import build_report
+from itwin_report.tables import TABLES
+
+REPORT = "generate-scalability-report"
+WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+# names a page must show as text: markup, event handlers, a table breaker, a script link
+# (each payload, if it ever ran, would mark the DOM: a browser test looks for "pwned")
+HOSTILE = (
+    "<script>document.title='pwned'</script>",
+    "<img src=x onerror=document.body.classList.add('pwned1')>",
+    "\"><svg onload=document.body.classList.add('pwned2')>",
+    "</table><b>bold</b>",
+    "javascript:document.body.classList.add('pwned3')",
+)
+HOSTILE_EXPERIMENT = "<i>exp</i> & 'co'"
+# what a page may contain: the page's own elements and what matplotlib writes into SVG
+ALLOWED_TAGS = {
+    "html", "head", "meta", "title", "style", "body", "main", "header", "section", "div",
+    "h1", "h2", "h3", "h4", "p", "ul", "li", "dl", "dt", "dd", "code", "table", "thead",
+    "tbody", "tr", "th", "td", "figure",
+    "svg", "defs", "g", "path", "text", "clippath", "rect", "use", "pattern",
+}  # fmt: skip
+
+
+class Page(HTMLParser):
+    """Elements, text, and the tables (id -> header and rows of cell texts) of a page."""
+
+    def __init__(self, source: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.texts: list[str] = []
+        self.tables: dict[str, list[list[str]]] = {}
+        self.section_ids: list[str] = []
+        self.title = ""
+        self._table: str | None = None
+        self._cell: list[str] | None = None
+        self._stack: list[str] = []
+        self.feed(source)
+        self.close()
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attributes = dict(attrs)
+        self.tags.append((tag, attributes))
+        self._stack.append(tag)
+        if tag == "section":
+            self.section_ids.append(str(attributes.get("id")))
+        if tag == "table":
+            self._table = str(attributes.get("id"))
+            self.tables[self._table] = []
+        elif tag == "tr" and self._table:
+            self.tables[self._table].append([])
+        elif tag in ("td", "th") and self._table:
+            self._cell = []
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._stack:
+            self._stack.pop()
+        if tag in ("td", "th") and self._table and self._cell is not None:
+            self.tables[self._table][-1].append("".join(self._cell))
+            self._cell = None
+        elif tag == "table":
+            self._table = None
+
+    def handle_data(self, data: str) -> None:
+        if self._stack and self._stack[-1] == "style":
+            return
+        if self._stack and self._stack[-1] == "title":
+            self.title += data
+        self.texts.append(data)
+        if self._cell is not None:
+            self._cell.append(data)
+
+
+NUMBER = re.compile(r"^(-?\d+(?:\.(\d+))?)(?: ?(s|x|%|Wh|W))?$")
+
+
+def check_cell(cell: str, value: Any, column: str) -> None:
+    """A cell shows the JSON value, to the precision it prints."""
+    if value is None:
+        assert cell == "n/a", (column, cell)
+    elif isinstance(value, bool):
+        assert cell == ("yes" if value else "no"), (column, cell)
+    elif isinstance(value, str):
+        assert cell == value, (column, cell)
+    elif isinstance(value, int) and column in ("workers", "runs", "epochs"):
+        assert cell == str(value), (column, cell)
+    else:
+        match = NUMBER.match(cell)
+        assert match, (column, cell)
+        shown = float(match.group(1))
+        places = len(match.group(2) or "")
+        expected = float(value)
+        if match.group(3) == "%" and (column.endswith("fraction") or column == "efficiency"):
+            expected *= 100
+        assert abs(shown - expected) <= 0.5 * 10**-places + 1e-9, (column, cell, value)
+
+
+def compare_tables(page: Page, doc: dict[str, Any]) -> int:
+    """Every table of the page against the JSON report; returns the cells compared."""
+    compared = 0
+    for spec in TABLES:
+        records = doc[spec.name]
+        if not records:
+            assert f"table-{spec.name}" not in page.tables
+            continue
+        header, *rows = page.tables[f"table-{spec.name}"]
+        assert header == [col.header for col in spec.shown]
+        assert len(rows) == len(records)
+        for row, rec in zip(rows, records, strict=True):
+            for cell, col in zip(row, spec.shown, strict=True):
+                check_cell(cell, rec[col.key], col.name)
+                compared += 1
+    return compared
+
+
+def invoke(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(main, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture(scope="module")
+def pages(scaling_sqlite: tuple[str, dict], tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The sample store's report as an HTML page (with --html) and as JSON."""
+    uri, _ = scaling_sqlite
+    out = tmp_path_factory.mktemp("html")
+    common = (REPORT, "--tracking-uri", uri, "-e", "scaling", "--include-unfinished")
+    code, stdout, stderr = invoke(*common, "--html", str(out / "r.html"), "--plot-dir", str(out))
+    assert code == 0, stderr
+    code_json, doc, _ = invoke(*common, "--format", "json", "--no-plots", "-q")
+    assert code_json == 0
+    return {
+        "html": (out / "r.html").read_text(encoding="utf-8"),
+        "json": json.loads(doc),
+        "stdout": stdout,
+        "stderr": stderr,
+        "uri": uri,
+    }
+
+
+def test_every_cell_equals_the_json_report(pages: dict) -> None:
+    page = Page(pages["html"])
+    compared = compare_tables(page, pages["json"])
+    assert compared > 50
+    assert pages["stdout"].startswith("Scalability report")  # --html keeps the console output
+
+
+def test_page_reads_top_to_bottom(pages: dict) -> None:
+    page = Page(pages["html"])
+    assert page.section_ids == [
+        "summary", "epoch_time", "gpu", "computation", "throughput", "warnings", "methods",
+    ]  # fmt: skip
+    text = " ".join(" ".join(page.texts).split())
+    assert "Scalability report: scaling" in text
+    assert f"Tracking store {pages['uri']}" in text
+    assert "Tool itwin-report 0.1.0" in text
+    # conftest's store: 10 kept worker runs in 7 jobs; 2 malformed + 1 unfinished skipped
+    # (with --include-unfinished the running job's killed worker is kept)
+    assert re.search(r"Runs read \d+ worker runs in \d+ jobs", text)
+    assert "Methods" in text and "Columns" in text
+    # every warning of the JSON report is on the page
+    for warning in pages["json"]["warnings"]:
+        assert " ".join(warning.split()) in text
+    # one inline SVG per plot written next to it, and the plots stay text
+    svgs = [t for t, _ in page.tags if t == "svg"]
+    assert len(svgs) == int(re.search(r"Wrote (\d+) plots", pages["stderr"]).group(1))
+    assert "Workers (GPUs)" in page.texts
+
+
+def test_offline_and_script_free(pages: dict) -> None:
+    page = Page(pages["html"])
+    metas = [a for t, a in page.tags if t == "meta" and a.get("http-equiv")]
+    assert metas and metas[0]["http-equiv"] == "Content-Security-Policy"
+    csp = str(metas[0]["content"])
+    assert "default-src 'none'" in csp and "script-src" not in csp
+    assert {t for t, _ in page.tags} <= ALLOWED_TAGS
+    for tag, attrs in page.tags:
+        assert not [k for k in attrs if k.startswith("on")], tag
+        for key in ("src", "href", "action", "srcset", "poster", "data"):
+            assert key not in attrs, (tag, key)
+        link = attrs.get("xlink:href")
+        assert link is None or link.startswith("#"), link
+    assert "@import" not in pages["html"] and not re.search(r"url\((?!#)", pages["html"])
+
+
+def test_summary_sentences_from_hand_worked_values() -> None:
+    # ddp: 40, 20, 10 s at 4, 8, 16 workers (linear); ds: 62.5, 31.25 s at 4, 8 (1.5625x slower)
+    runs, metrics, profs = [], [], []
+    for strategy, counts, t4 in (("ddp", [4, 8, 16], 40.0), ("ds", [4, 8], 62.5)):
+        for w in counts:
+            rid = f"{strategy}{w}"
+            runs.append(run(rid, rid, strategy, w))
+            metrics += metric(rid, "epoch_time_s", [2 * t4 * 4 / w] + [t4 * 4 / w] * 2)
+            metrics += metric(rid, "gpu_power_W", [100 * w] * 36)
+            profs += profile(rid, [("aten::mm", 70), ("nccl:all_reduce", 20), ("other", 10)])
+    rep = build_report(make_data(runs, metrics, profs))
+    html = render_html(rep, PageContext("9.9", WHEN, 5, 5, 0))
+    text = " ".join(" ".join(Page(html).texts).split())
+    assert (
+        "At 4 workers, ddp is fastest with 40.00 s per epoch; next is ds with 62.50 s "
+        "(1.56x slower) (single runs: spread unknown)." in text
+    )
+    assert "At 8 workers, ddp is fastest with 20.00 s per epoch" in text
+    assert (
+        "ddp reaches 100.0 % parallel efficiency at 16 workers (speedup 4.00x over 4 workers)."
+        in text
+    )
+    assert (
+        "ds reaches 100.0 % parallel efficiency at 8 workers (speedup 2.00x over 4 workers)."
+        in text
+    )
+    # 70 / 100 computation, 20 / 100 communication, the rest elsewhere
+    assert (
+        "At 16 workers, ddp spends 70.0 % of GPU time in computation, 20.0 % in communication "
+        "and 10.0 % elsewhere." in text
+    )
+    # energy per run: 36 samples x 100*w W x 1 s / 3600 = w Wh over 3 epochs -> w/3 Wh per epoch
+    assert (
+        "Energy per epoch for ddp goes from 1.33 Wh at 4 workers to 5.33 Wh at 16 workers" in text
+    )
+    assert "(4.00x)" in text
+    assert "Bases in this report: ddp 4 workers, ds 4 workers." in text
+    assert "Generated 2026-01-02T03:04:05+00:00" in text and "itwin-report 9.9" in text
+    assert "Runs read 5 worker runs in 5 jobs" in text and "Runs skipped none" in text
+
+
+def test_within_noise_and_verdicts() -> None:
+    # two jobs per configuration: ddp 10 and 12 s, hvd 11 and 13 s -> gap 1 s < spreads 1.41 s
+    runs, metrics = [], []
+    for strategy, times in (("ddp", (10.0, 12.0)), ("hvd", (11.0, 13.0))):
+        for i, t in enumerate(times):
+            rid = f"{strategy}-{i}"
+            runs.append(run(rid, rid, strategy, 2))
+            metrics += metric(rid, "epoch_time_s", [t, t, t])
+    rep = build_report(make_data(runs, metrics))
+    text = " ".join(" ".join(Page(render_html(rep, PageContext("1", WHEN))).texts).split())
+    assert "At 2 workers, ddp (11.00 s) and hvd (12.00 s) are within noise" in text
+
+
+@pytest.fixture(scope="module")
+def hostile_page(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A real store whose experiment, strategies and run names are markup; its page."""
+    root = tmp_path_factory.mktemp("hostile")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    build_hostile_store(uri)
+    out = root / "hostile.html"
+    code, _, err = invoke(
+        REPORT, "--tracking-uri", uri, "-e", HOSTILE_EXPERIMENT, "-q", "--no-plots",
+        "--format", "html", "-o", str(out),
+    )  # fmt: skip
+    assert code == 0, err
+    return out.read_text(encoding="utf-8")
+
+
+def build_hostile_store(uri: str) -> None:
+    """Two worker counts per hostile strategy name; run names hostile too."""
+    from itwin_report.emulator import mlflow_writer
+
+    w = mlflow_writer.RunWriter(uri)
+    exp = w.experiment_id(HOSTILE_EXPERIMENT, mlflow_writer.artifact_location(uri, "h"))
+    t = 1_700_000_000_000
+    for i, strategy in enumerate(HOSTILE):
+        for size in (2, 4):
+            top = w.create_run(exp, f"{HOSTILE[(i + 1) % len(HOSTILE)]}-{size}", t)
+            worker = w.create_run(exp, HOSTILE[i], t, parent_run_id=top)
+            points = [("epoch_time_s", 20.0 / size + i, t + s * 1000, s) for s in range(3)]
+            points += [("gpu_power_W", 100.0, t + s * 1000, s) for s in range(3)]
+            params = {"strategy": strategy, "global_rank": 0, "global_world_size": size}
+            w.log_batch(worker, points, {**params, "probing_interval": 1})
+            w.end_run(worker, t + 10_000)
+            w.end_run(top, t + 11_000)
+            t += 20_000
+
+
+def test_hostile_names_are_text(hostile_page: str) -> None:
+    page = Page(hostile_page)
+    assert {t for t, _ in page.tags} <= ALLOWED_TAGS
+    assert not [t for t, _ in page.tags if t in ("script", "img", "b", "i", "a", "iframe")]
+    assert all(not k.startswith("on") for _, attrs in page.tags for k in attrs)
+    assert not any("javascript:" in str(v) for _, attrs in page.tags for v in attrs.values())
+    texts = page.texts
+    cells = [c for rows in page.tables.values() for row in rows for c in row]
+    for name in HOSTILE:
+        assert name in cells  # table cells, literal
+        assert name in texts  # SVG legend text, literal
+    assert f"Scalability report: {HOSTILE_EXPERIMENT}" in texts
+    # the epoch table has one row per (strategy, workers), none split by "</table>"
+    header, *rows = page.tables["table-epoch_time"]
+    assert len(rows) == 2 * len(HOSTILE) and all(len(r) == len(header) for r in rows)
+
+
+def test_secrets_masked_and_warnings_kept() -> None:
+    data = make_data(
+        [run("a", "a", "ddp", 2)],
+        metric("a", "epoch_time_s", [3.0, 2.0]),
+        warnings=["skipped 3 unfinished runs of x", "skipped worker y: no params", "<b>odd</b>"],
+    )
+    data.tracking_uri = "https://user:hunter2@example.org/mlflow?token=abc&x=1"
+    rep = build_report(data)
+    context = page_context(data, "1.0", WHEN)
+    assert (context.worker_runs, context.jobs, context.skipped) == (1, 1, 4)
+    html = render_html(rep, context, page_plots(rep))
+    assert "hunter2" not in html and "token=abc" not in html
+    text = " ".join(" ".join(Page(html).texts).split())
+    assert "https://user:***@example.org/mlflow?token=***&x=1" in text
+    assert "Runs skipped 4 (see warnings)" in text and "<b>odd</b>" in text
+
+
+def test_missing_plots_are_stated(tmp_path: Path) -> None:
+    rep = build_report(make_data([run("a", "a", "ddp", 2)], metric("a", "epoch_time_s", [3, 2])))
+    html = render_html(rep, PageContext("1", WHEN), page_plots(rep))
+    text = " ".join(" ".join(Page(html).texts).split())
+    assert "Plot gpu energy not drawn: no GPU metrics." in text
+    assert "Plot rates not drawn: no Rate/GlobalRate metrics." in text
+    assert "No GPU data found." in text
+    # same report, same date: the same bytes (SVG ids and metadata carry no randomness or clock)
+    assert render_html(rep, PageContext("1", WHEN), page_plots(rep)) == html
+
+
+def test_cli_format_html_and_not_drawn_message(scaling_sqlite: tuple[str, dict], tmp_path: Path):
+    uri, _ = scaling_sqlite
+    out = tmp_path / "page.html"
+    code, stdout, stderr = invoke(
+        REPORT, "--tracking-uri", uri, "-e", "scaling", "--format", "html", "-o", str(out),
+        "--plot-dir", str(tmp_path / "plots"),
+    )  # fmt: skip
+    assert code == 0 and stdout == ""
+    assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    # the sample store logs no Rate metrics: the message says which plot is missing and why
+    assert "not drawn: rates: no Rate/GlobalRate metrics" in stderr
+    assert not (tmp_path / "plots" / "rates.png").exists()
+    code, _, stderr = invoke(
+        REPORT, "--tracking-uri", uri, "-e", "scaling", "--no-plots", "-q",
+        "--html", str(tmp_path / "missing-dir" / "p.html"),
+    )  # fmt: skip
+    assert code == 1 and stderr.startswith("Error: cannot write") and "Traceback" not in stderr
+
+
+def test_page_modules_stay_light() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, itwin_report.render.html, itwin_report.plots, itwin_report.render.summary\n"
+        "heavy = ('mlflow', 'pandas', 'matplotlib', 'numpy')\n"
+        "print(','.join(m for m in heavy if m in sys.modules))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""
+
+
+def test_page_date_is_injected() -> None:
+    assert page_time({"SOURCE_DATE_EPOCH": "86400"}) == datetime(1970, 1, 2, tzinfo=UTC)
+    before = datetime.now(UTC)
+    assert before <= page_time({"SOURCE_DATE_EPOCH": "soon"}) <= datetime.now(UTC)
+
+
+def test_html_never_overwrites_the_store(tmp_path: Path) -> None:
+    from itwin_report.emulator import mlflow_writer
+
+    db = tmp_path / "mlflow.db"
+    uri = f"sqlite:///{db}"
+    w = mlflow_writer.RunWriter(uri)
+    w.experiment_id("e", mlflow_writer.artifact_location(uri, "e"))
+    before = db.read_bytes()
+    code, _, err = invoke(REPORT, "--tracking-uri", uri, "-e", "e", "--html", str(db), "-q")
+    assert code == 2 and err.startswith("Error:") and "--html" in err
+    assert db.read_bytes() == before
