@@ -443,7 +443,6 @@ CASES = [
         (*R("hostile")[:-1], "--plot-dir", "{work}/plots", "--plot-format", "svg"),
         0,
         svg_text_safe,
-        needs="plots",
     ),
     # --- merge-performance
     Case("merge-no-files", M(), 2),

@@ -39,10 +39,11 @@ OUTSIDE_LEGEND_RIGHT = 0.8
 
 
 def label(text: object) -> str:
-    """A store value as matplotlib text: literal (never mathtext), control characters escaped."""
+    """A store value as matplotlib text: masked, literal (never mathtext), controls escaped."""
+    from itwin_report.masking import mask_text
     from itwin_report.render.safe import terminal
 
-    return terminal(str(text)).replace("$", r"\$")
+    return terminal(mask_text(str(text))).replace("$", r"\$")
 
 
 def strategy_colors(report: Report) -> dict[str, str]:
