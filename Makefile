@@ -92,6 +92,7 @@ $(ITWINAI_STAMP):
 
 bench: $(STAMP) $(ITWINAI_STAMP)
 	ITWINAI_PYTHON=$(CURDIR)/$(ITWINAI_VENV)/bin/python $(PY) bench/bench.py
+	$(PY) bench/bench_html.py
 
 clean-demo:
 	rm -rf mllogs/mlflow.db mllogs/artifacts/$(DEMO_EXPERIMENT) $(DEMO_TRUTH) plots report.html
