@@ -33,7 +33,13 @@ from itwin_report.masking import mask_text
 from itwin_report.render import FORMATS
 
 DEBUG_ENV = "ITWIN_REPORT_DEBUG"
-_HELP_ON_NO_ARGS: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", click.UsageError)
+
+
+class _NeverRaised(Exception):
+    """Stands in for click 8.2's NoArgsIsHelpError on click 8.1 (which exits with the help)."""
+
+
+_HELP_ON_NO_ARGS: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", _NeverRaised)
 
 
 class _Failure(click.ClickException):

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner
+from conftest import cli_runner
 from test_report_builders import make_data, metric, profile, run
 
 from itwin_report.cli import main
@@ -131,7 +131,7 @@ def compare_tables(page: Page, doc: dict[str, Any]) -> int:
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, list(args))
+    result = cli_runner().invoke(main, list(args))
     return result.exit_code, result.stdout, result.stderr
 
 

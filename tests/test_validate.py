@@ -158,7 +158,7 @@ def test_non_finite_options_are_bad_usage(option: str, tmp_path: Path) -> None:
         main, ["generate-scalability-report", "--tracking-uri", str(tmp_path / "none"), option]
     )
     assert result.exit_code == 2
-    assert "Traceback" not in result.output and option.split("=")[0] in result.output
+    assert "Traceback" not in result.stderr and option.split("=")[0] in result.stderr
 
 
 def test_validate_ranges_on_hand_built_data() -> None:
