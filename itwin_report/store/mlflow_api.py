@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -168,9 +169,10 @@ def download_artifact(uri: str, artifact_uri: str, path: str, dst: str) -> Path 
     from mlflow.artifacts import download_artifacts
 
     try:
-        local = download_artifacts(
-            artifact_uri=f"{artifact_uri.rstrip('/')}/{path}", dst_path=dst, tracking_uri=uri
-        )
+        with _tracking_env(uri):
+            local = download_artifacts(
+                artifact_uri=f"{artifact_uri.rstrip('/')}/{path}", dst_path=dst, tracking_uri=uri
+            )
     except (MlflowException, OSError) as exc:
         if _is_missing(exc) or not _listed(uri, artifact_uri, path):
             return None
@@ -187,12 +189,31 @@ def _listed(uri: str, artifact_uri: str, path: str) -> bool:
 
     folder, _, _name = path.rpartition("/")
     try:
-        listed = list_artifacts(
-            artifact_uri=f"{artifact_uri.rstrip('/')}/{folder}".rstrip("/"), tracking_uri=uri
-        )
+        with _tracking_env(uri):
+            listed = list_artifacts(
+                artifact_uri=f"{artifact_uri.rstrip('/')}/{folder}".rstrip("/"), tracking_uri=uri
+            )
     except (MlflowException, OSError):
         return True  # cannot tell: keep the download's own error
     return any(info.path.endswith(path) or info.path == _name for info in listed)
+
+
+@contextmanager
+def _tracking_env(uri: str) -> Iterator[None]:
+    """``MLFLOW_TRACKING_URI`` set to ``uri`` for the call.
+
+    Clients before MLflow 3 resolve ``mlflow-artifacts:`` locations against it, not against
+    the ``tracking_uri`` they are given.
+    """
+    saved = os.environ.get("MLFLOW_TRACKING_URI")
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = saved
 
 
 def _is_missing(exc: Exception) -> bool:
