@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -295,7 +296,10 @@ def bulk_worker_runs(
     client = MlflowClient(client_uri or uri)
     exp = client.create_experiment(experiment)
     location = client.get_experiment(exp).artifact_location
-    ids = [f"{int(exp):08x}{i:024x}" for i in range(len(runs))]
+    # ids in run order, with a random prefix: stores never share a run id (MLflow 2.x clients
+    # cache each run's artifact repository by id, across servers)
+    prefix = uuid.uuid4().hex[:8]
+    ids = [f"{prefix}{i:024x}" for i in range(len(runs))]
     run_rows, tag_rows, param_rows, metric_rows, latest_rows = [], [], [], [], []
     for run_id, run in zip(ids, runs, strict=True):
         start = int(run["start"])

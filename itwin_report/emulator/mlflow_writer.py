@@ -148,7 +148,8 @@ class ClientWriter:
         with tempfile.TemporaryDirectory(prefix="itwin-report-") as tmp:
             local = Path(tmp) / filename
             local.write_text(text, encoding="utf-8")
-            self._client.log_artifact(run_id, str(local), artifact_path=folder or None)
+            with writing_environment(self.uri):  # clients before 3 resolve roots against it
+                self._client.log_artifact(run_id, str(local), artifact_path=folder or None)
 
     def end_run(self, run_id: str, end_ms: int, status: str = "FINISHED") -> None:
         """Mark the run ended with ``status``."""
