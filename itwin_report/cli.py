@@ -30,6 +30,7 @@ from itwin_report.errors import (
     ReportError,
 )
 from itwin_report.masking import mask_text
+from itwin_report.options import tracking_uri_option, warmup_option
 from itwin_report.render import FORMATS
 
 DEBUG_ENV = "ITWIN_REPORT_DEBUG"
@@ -214,19 +215,8 @@ def _styled(fmt: str, output: Path | None) -> bool:
     metavar="A,B",
     help="Only these top-level runs (comma-separated, repeatable).",
 )
-@click.option(
-    "--tracking-uri",
-    metavar="URI",
-    help="sqlite:///x.db, postgresql://…, http(s)://server, or a file-store path "
-    "(default: $MLFLOW_TRACKING_URI, else sqlite:///mllogs/mlflow.db).",
-)
-@click.option(
-    "--warmup-epochs",
-    type=click.IntRange(min=0),
-    default=1,
-    show_default=True,
-    help="Leave the first N epochs of every run out of epoch times (0 = itwinai's mean).",
-)
+@tracking_uri_option()
+@warmup_option("Leave the first N epochs of every run out of epoch times (0 = itwinai's mean).")
 @click.option(
     "--format",
     "fmt",

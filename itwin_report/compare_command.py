@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from itwin_report.errors import RegressionFound, ReportError
+from itwin_report.options import tracking_uri_option, warmup_option
 
 if TYPE_CHECKING:
     from itwin_report.compare import Side
@@ -33,11 +34,9 @@ def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool
 @click.command("compare")
 @click.argument("baseline")
 @click.argument("current")
-@click.option(
-    "--tracking-uri",
-    metavar="URI",
-    help="Store of BASELINE/CURRENT when they name experiments "
-    "(default: $MLFLOW_TRACKING_URI, else sqlite:///mllogs/mlflow.db).",
+@tracking_uri_option(
+    "Store of BASELINE/CURRENT when they name experiments "
+    "(default: $MLFLOW_TRACKING_URI, else sqlite:///mllogs/mlflow.db)."
 )
 @click.option(
     "--max-regression",
@@ -48,13 +47,7 @@ def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool
     help="A change for the worse larger than this (0.05 = 5 %) is a regression, when it is "
     "also beyond noise.",
 )
-@click.option(
-    "--warmup-epochs",
-    type=click.IntRange(min=0),
-    default=1,
-    show_default=True,
-    help="Warm-up epochs left out when a side is read from a store.",
-)
+@warmup_option("Warm-up epochs left out when a side is read from a store.")
 @click.option(
     "--format",
     "fmt",

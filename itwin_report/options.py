@@ -1,0 +1,25 @@
+"""Options shared by several commands, defined once (light: click only)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+STORE_HELP = (
+    "sqlite:///x.db, postgresql://…, http(s)://server, or a file-store path "
+    "(default: $MLFLOW_TRACKING_URI, else sqlite:///mllogs/mlflow.db)."
+)
+
+
+def tracking_uri_option(help_text: str = STORE_HELP) -> Callable[[Any], Any]:
+    """``--tracking-uri URI``: the store to read or write."""
+    return click.option("--tracking-uri", metavar="URI", help=help_text)
+
+
+def warmup_option(help_text: str) -> Callable[[Any], Any]:
+    """``--warmup-epochs N`` (default 1): epochs left out of every run's epoch times."""
+    return click.option(
+        "--warmup-epochs", type=click.IntRange(min=0), default=1, show_default=True, help=help_text
+    )
