@@ -214,10 +214,10 @@ def test_summary_sentences_from_hand_worked_values() -> None:
     html = render_html(rep, PageContext("9.9", WHEN, 5, 5, 0))
     text = " ".join(" ".join(Page(html).texts).split())
     assert (
-        "At 4 workers, ddp is fastest with 40.00 s per epoch; next is ds with 62.50 s "
-        "(1.56x slower) (single runs: spread unknown)." in text
+        "At 4 workers, ddp has the lowest epoch time (40.00 s; next is ds with 62.50 s, "
+        "1.56x slower), but with single runs noise cannot be ruled out." in text
     )
-    assert "At 8 workers, ddp is fastest with 20.00 s per epoch" in text
+    assert "At 8 workers, ddp has the lowest epoch time (20.00 s;" in text
     assert (
         "ddp reaches 100.0 % parallel efficiency at 16 workers (speedup 4.00x over 4 workers)."
         in text
@@ -252,6 +252,23 @@ def test_within_noise_and_verdicts() -> None:
     rep = build_report(make_data(runs, metrics))
     text = " ".join(" ".join(Page(render_html(rep, PageContext("1", WHEN))).texts).split())
     assert "At 2 workers, ddp (11.00 s) and hvd (12.00 s) are within noise" in text
+
+
+def test_fastest_only_when_intervals_separate() -> None:
+    # three jobs each: ddp 10, 10.2, 9.8 s (mean 10, sd 0.2); hvd 20, 20.4, 19.6 s (mean 20,
+    # sd 0.4). 95 % intervals with t(2) = 4.303: ddp 10 +- 0.50, hvd 20 +- 0.99: they separate.
+    runs, metrics = [], []
+    for strategy, times in (("ddp", (10.0, 10.2, 9.8)), ("hvd", (20.0, 20.4, 19.6))):
+        for i, t in enumerate(times):
+            rid = f"{strategy}-{i}"
+            runs.append(run(rid, rid, strategy, 2))
+            metrics += metric(rid, "epoch_time_s", [t, t, t])
+    rep = build_report(make_data(runs, metrics))
+    text = " ".join(" ".join(Page(render_html(rep, PageContext("1", WHEN))).texts).split())
+    assert (
+        "At 2 workers, ddp is fastest with 10.00 s per epoch; next is hvd with 20.00 s "
+        "(2.00x slower)." in text
+    )
 
 
 @pytest.fixture(scope="module")

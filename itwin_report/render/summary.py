@@ -66,8 +66,38 @@ def _largest(frame: pd.DataFrame, column: str) -> list[dict[str, Any]]:
     return [best[s] for s in sorted(best, key=str)]
 
 
+def _noise(report: Report, workers: int) -> str | None:
+    """How the 95 % intervals of the per-run means compare at ``workers``.
+
+    "separate" when the fastest strategy's interval lies below every other's, "overlap" when not,
+    "single" when a strategy has one run; None without per-run means (then the spreads decide).
+    """
+    analysis = getattr(report, "analysis", None)
+    if analysis is None or analysis.run_means.empty:
+        return None
+    from itwin_report.report.confidence import mean_interval
+
+    here = analysis.run_means[analysis.run_means["workers"] == workers]
+    bounds = {
+        str(s): mean_interval(g["avg_epoch_time_s"].to_numpy(dtype=float))
+        for s, g in here.groupby("strategy", sort=True)
+    }
+    if len(bounds) < 2:
+        return None
+    if any(math.isnan(low) for _, low, _ in bounds.values()):
+        return "single"
+    best = min(bounds, key=lambda name: bounds[name][0])
+    others = [bounds[name][1] for name in bounds if name != best]
+    return "separate" if all(bounds[best][2] < low for low in others) else "overlap"
+
+
 def fastest_sentences(report: Report) -> list[str]:
-    """The fastest strategy at each worker count measured by two strategies or more."""
+    """The fastest strategy at each worker count measured by two strategies or more.
+
+    A strategy is called fastest only when the 95 % intervals of the per-run mean epoch times
+    separate (the rule of the JSON report's ``fastest``); otherwise the sentence says "within
+    noise", or that single runs cannot tell.
+    """
     rows = [r for r in _records(report.epoch_time) if _known(r["avg_epoch_time_s"])]
     out = []
     for workers in sorted({int(r["workers"]) for r in rows}):
@@ -81,20 +111,31 @@ def fastest_sentences(report: Report) -> list[str]:
             _fmt("epoch_time", "avg_epoch_time_s", first["avg_epoch_time_s"]),
             _fmt("epoch_time", "avg_epoch_time_s", second["avg_epoch_time_s"]),
         )
-        s1, s2 = first["std_epoch_time_s"], second["std_epoch_time_s"]
-        gap = second["avg_epoch_time_s"] - first["avg_epoch_time_s"]
-        if _known(s1) and _known(s2) and gap <= s1 + s2:
+        ratio = second["avg_epoch_time_s"] / first["avg_epoch_time_s"]
+        noise = _noise(report, workers)
+        if noise is None:
+            s1, s2 = first["std_epoch_time_s"], second["std_epoch_time_s"]
+            gap = second["avg_epoch_time_s"] - first["avg_epoch_time_s"]
+            if not (_known(s1) and _known(s2)):
+                noise = "single"
+            else:
+                noise = "overlap" if gap <= s1 + s2 else "separate"
+        if noise == "overlap":
             out.append(
                 f"At {workers} workers, {first['strategy']} ({t1}) and {second['strategy']} ({t2})"
-                " are within noise: their gap is no larger than their spreads between runs."
+                " are within noise: their 95 % intervals overlap."
             )
-            continue
-        ratio = second["avg_epoch_time_s"] / first["avg_epoch_time_s"]
-        spread = "" if _known(s1) and _known(s2) else " (single runs: spread unknown)"
-        out.append(
-            f"At {workers} workers, {first['strategy']} is fastest with {t1} per epoch; "
-            f"next is {second['strategy']} with {t2} ({ratio:.2f}x slower){spread}."
-        )
+        elif noise == "single":
+            out.append(
+                f"At {workers} workers, {first['strategy']} has the lowest epoch time ({t1}; next "
+                f"is {second['strategy']} with {t2}, {ratio:.2f}x slower), but with single runs "
+                "noise cannot be ruled out."
+            )
+        else:
+            out.append(
+                f"At {workers} workers, {first['strategy']} is fastest with {t1} per epoch; "
+                f"next is {second['strategy']} with {t2} ({ratio:.2f}x slower)."
+            )
     return out
 
 
@@ -215,8 +256,9 @@ def methods_paragraphs(report: Report, warmup: str = "") -> list[str]:
         base_sentence(report),
         "Intervals: the spread between runs is the sample standard deviation (ddof = 1) of the "
         "per-run mean epoch times, shown as n/a when a configuration has a single run. In the "
-        "summary, two strategies are within noise when the gap between their epoch times is no "
-        "larger than the sum of their spreads.",
+        "summary, a strategy is fastest only when the 95 % intervals of the per-run mean epoch "
+        "times separate (Student's t on each configuration's runs); otherwise the strategies "
+        "are within noise. Speedup and efficiency intervals are described in docs/analysis.md.",
         "Energy sums each GPU's power samples times the probing interval; it is averaged over "
         "runs, never summed across them. Utilization is the share of time a kernel ran, so "
         "communication kernels count as busy.",
