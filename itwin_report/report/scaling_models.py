@@ -234,7 +234,7 @@ def describe(sm: StrategyModels) -> str:
     elif len(kf[~np.isnan(kf)]) >= 2:
         trend = " The Karp–Flatt serial fraction stays roughly constant: a fixed serial part."
     if sm.chosen is None:
-        return f"{sm.strategy}: no prediction ({sm.why}).{trend}"
+        return f"{sm.strategy}: no scaling model fitted ({sm.why}).{trend}"
     f = sm.fits[sm.chosen]
     quality = f"R² {f.r2:.3f}, leave-one-out error {f.loo_error:.1%}"
     if f.model == "usl":
@@ -312,7 +312,7 @@ def karp_flatt_table(models: list[StrategyModels]) -> pd.DataFrame:
 def predict(models: list[StrategyModels], targets: list[int]) -> tuple[pd.DataFrame, list[str]]:
     """Prediction rows for ``targets`` per strategy with a chosen model, and refusals."""
     rows, refusals = [], []
-    for sm in models:
+    for sm in models if targets else []:
         if sm.chosen is None:
             refusals.append(f"no prediction for {sm.strategy}: {sm.why}")
             continue
