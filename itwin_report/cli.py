@@ -1,4 +1,4 @@
-"""Command line: option parsing around the library, and the one place errors become exit codes.
+"""Command line: option parsing around the library (errors become exit codes in ``command_group``).
 
 Only click and light modules are imported here, so ``itwin-report --help`` stays fast; the
 commands import the loader, the report and the plots when they run.
@@ -8,118 +8,28 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import sys
-import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
 from itwin_report import __version__
+from itwin_report.command_group import Failure, ReportGroup
 from itwin_report.compare_command import compare_command
 from itwin_report.emulator.command import emulate_command
 from itwin_report.errors import (
-    EXIT_ERROR,
-    EXIT_SIGINT,
     EXIT_USAGE,
     GateFailed,
-    Interrupted,
     ReportError,
 )
 from itwin_report.masking import mask_text
 from itwin_report.options import tracking_uri_option, warmup_option
 from itwin_report.render import FORMATS
 
-DEBUG_ENV = "ITWIN_REPORT_DEBUG"
 
-
-class _NeverRaised(Exception):
-    """Stands in for click 8.2's NoArgsIsHelpError on click 8.1 (which exits with the help)."""
-
-
-_HELP_ON_NO_ARGS: type[Exception] = getattr(click.exceptions, "NoArgsIsHelpError", _NeverRaised)
-
-
-class _Failure(click.ClickException):
-    """A ReportError on its way out: ``Error: <message>`` on stderr and the error's exit code.
-
-    The message is masked and kept to one line.
-    """
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(_one_line(message))
-        self.exit_code = exit_code  # type: ignore[misc]
-
-
-def _one_line(message: str) -> str:
-    """A masked message on one line (line breaks of wrapped errors joined with ' / ')."""
-    lines = [line.strip() for line in mask_text(message).splitlines() if line.strip()]
-    return " / ".join(lines)
-
-
-def _on_sigterm(signum: int, _frame: Any) -> None:
-    raise Interrupted(signum, "SIGTERM")
-
-
-@contextmanager
-def _sigterm_unwinds() -> Iterator[None]:
-    """While a command runs, SIGTERM unwinds the stack like Ctrl-C (temporary files go)."""
-    try:
-        previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
-def _usage_failure(exc: click.UsageError, ctx: click.Context) -> _Failure:
-    """A usage error as one line (not usage + hint + error), exit code 2."""
-    where = exc.ctx.command_path if exc.ctx else ctx.command_path
-    return _Failure(f"{exc.format_message()} (see '{where} --help')", exc.exit_code)
-
-
-class _Group(click.Group):
-    """Turns the project's exceptions into one-line masked errors with documented exit codes."""
-
-    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
-        try:
-            return super().parse_args(ctx, args)
-        except _HELP_ON_NO_ARGS:  # no command given: the help text, as usual
-            raise
-        except click.UsageError as exc:
-            raise _usage_failure(exc, ctx) from None
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            with _sigterm_unwinds():
-                return super().invoke(ctx)
-        except ReportError as exc:
-            raise _Failure(str(exc), exc.exit_code) from None
-        except KeyboardInterrupt:
-            raise _Failure("interrupted by SIGINT", EXIT_SIGINT) from None
-        except Interrupted as exc:
-            raise _Failure(f"interrupted by {exc.name}", exc.exit_code) from None
-        except click.UsageError as exc:
-            raise _usage_failure(exc, ctx) from None
-        except click.ClickException as exc:
-            exc.message = _one_line(exc.message)  # type: ignore[misc]
-            raise
-        except (click.exceptions.Exit, click.Abort):
-            raise
-        except Exception as exc:  # a bug, not user input: keep it to one line unless debugging
-            if os.environ.get(DEBUG_ENV):
-                traceback.print_exc()
-            hint = f" (set {DEBUG_ENV}=1 for the traceback)"
-            raise _Failure(f"unexpected {type(exc).__name__}: {exc}{hint}", EXIT_ERROR) from None
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ReportGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="itwin-report")
 def main() -> None:
     """Scalability reports for distributed deep-learning runs logged to MLflow.
@@ -381,7 +291,7 @@ def generate_scalability_report(
     }
     conflict = store.check_outputs(uri, outputs)
     if conflict:
-        raise _Failure(conflict, EXIT_USAGE)
+        raise Failure(conflict, EXIT_USAGE)
     data = store.load_experiment(
         uri,
         experiment_name,
