@@ -141,7 +141,14 @@ def sentences(report: Report) -> list[str]:
     a = report.analysis
     if a is None:
         return []
-    return [a.scaling_note, *a.fastest, *a.model_lines, *a.prediction_notes]
+    unfitted = {sm.strategy for sm in a.fits if sm.chosen is None}
+    # a strategy without a model already says why in its model line
+    notes = [
+        n
+        for n in a.prediction_notes
+        if not any(n.startswith(f"no prediction for {s}: ") for s in unfitted)
+    ]
+    return [a.scaling_note, *a.fastest, *a.model_lines, *notes]
 
 
 TableParts = tuple[str, str, list[str], list[list[str]], list[bool], str]
