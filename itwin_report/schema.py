@@ -157,10 +157,29 @@ def conform(frame: pd.DataFrame, columns: dict[str, str], what: str) -> pd.DataF
         raise ValueError(f"{what} frame lacks columns {missing}")
     if frame.empty:
         return empty_frame(columns)
+    if _conforms(frame, columns):
+        return frame  # frames are never changed in place, so sharing one is safe
     out = frame.loc[:, list(columns)].copy()
     for name, dtype in columns.items():
         out[name] = out[name].astype(dtype)  # type: ignore[call-overload]
     return out.reset_index(drop=True)
+
+
+def _conforms(frame: pd.DataFrame, columns: dict[str, str]) -> bool:
+    """Whether ``frame`` already has exactly ``columns``, their dtypes and a 0..n-1 index."""
+    if list(frame.columns) != list(columns):
+        return False
+    index = frame.index
+    if not (isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1):
+        return False
+    for name, dtype in columns.items():
+        column = frame[name]
+        wanted = pd.Series(dtype=dtype).dtype
+        if column.dtype != wanted:
+            return False
+        if wanted.kind == "O" and pd.api.types.infer_dtype(column, skipna=False) != "string":
+            return False  # pandas 2 keeps str in object columns: every value must be one
+    return True
 
 
 @dataclass

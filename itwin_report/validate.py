@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from itwin_report.frames import last_of_each, sort_rows
 from itwin_report.schema import (
     EPOCH_TIME,
     GLOBAL_RATE,
@@ -188,9 +189,9 @@ def _valid_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
 def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
     """Points in range, one per (run, key, step)."""
     keep = np.ones(len(metrics), dtype=bool)
-    keys = metrics["key"].to_numpy(dtype=object)
+    keys = metrics["key"]
     for key, valid in METRIC_RANGES.items():
-        mine = keys == key
+        mine = (keys == key).to_numpy(dtype=bool)
         if not mine.any():
             continue
         wrong = mine & ~valid.ok(metrics["value"])
@@ -203,23 +204,23 @@ def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
         )
         keep &= ~wrong
     steps = metrics["step"].to_numpy(dtype="int64")
-    wrong = (keys == TRAIN_LOSS_EPOCH) & (steps < 0)
+    wrong = (keys == TRAIN_LOSS_EPOCH).to_numpy(dtype=bool) & (steps < 0)
     notes.add(
         int(wrong.sum()),
         f"dropped {{n}} {TRAIN_LOSS_EPOCH} point(s) of {{runs}}: negative step",
         metrics["run_id"][wrong],
     )
     keep &= ~wrong
-    out = metrics[keep]
-    order = out.sort_values(["run_id", "key", "step", "timestamp"], kind="stable")
-    dup = order.duplicated(["run_id", "key", "step"], keep="last")
+    out = metrics if keep.all() else metrics[keep]
+    order = sort_rows(out, ["run_id", "key", "step", "timestamp"])
+    dup = last_of_each(order, ["run_id", "key", "step"])
     notes.add(
         int(dup.sum()),
         "dropped {n} duplicated point(s) of {runs} (same run, key and step; the last "
         "logged value is kept)",
-        order.loc[dup, "run_id"],
+        order["run_id"][dup],
     )
-    return order[~dup.to_numpy()].reset_index(drop=True)
+    return (order[~dup] if dup.any() else order).reset_index(drop=True)
 
 
 def _valid_profiles(profiles: pd.DataFrame, runs: pd.DataFrame, notes: _Notes) -> pd.DataFrame:

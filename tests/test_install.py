@@ -20,6 +20,12 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 REQUIREMENTS = {canonicalize_name(r.name): r for r in map(Requirement, PROJECT["dependencies"])}
+EXTRAS = ("postgres", "fast")  # optional parts users install; "test" and "dev" are ours
+OPTIONAL = {
+    canonicalize_name(r.name): r
+    for extra in EXTRAS
+    for r in map(Requirement, PROJECT["optional-dependencies"][extra])
+}
 ITWINAI_PINS = {"click": "8.1.8", "numpy": "1.26.4"}  # itwinai 0.4.2: click==8.1.8, numpy<2
 
 
@@ -49,13 +55,18 @@ def test_every_imported_package_is_declared() -> None:
     modules = imported_top_level_modules()
     assert {"click", "mlflow", "pandas", "numpy", "yaml", "requests"} <= modules
     for module in modules:
-        declared = {canonicalize_name(d) for d in distributions.get(module, [])} & set(REQUIREMENTS)
-        assert declared, f"{module} is imported but no dependency provides it"
+        provided = {canonicalize_name(d) for d in distributions.get(module, [])}
+        declared = provided & (set(REQUIREMENTS) | set(OPTIONAL))
+        assert declared, f"{module} is imported but no dependency or extra provides it"
 
 
 def test_lower_bounds_are_the_tested_minimum() -> None:
     pins = min_pins()
-    for name, requirement in REQUIREMENTS.items():
+    fast = {
+        canonicalize_name(r.name): r
+        for r in map(Requirement, PROJECT["optional-dependencies"]["fast"])
+    }
+    for name, requirement in {**REQUIREMENTS, **fast}.items():
         assert name in pins, f"{name} has no tested minimum in constraints/min.txt"
         bounds = [Version(s.version) for s in requirement.specifier if s.operator == ">="]
         assert len(bounds) == 1, f"{name} needs one lower bound"

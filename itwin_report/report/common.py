@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.errors import ReportError
+from itwin_report.frames import METRIC_ORDER, join_runs, sort_rows
 from itwin_report.schema import RunData
 from itwin_report.tables import DTYPES
 
@@ -43,9 +44,7 @@ def normalized(data: RunData) -> RunData:
         experiment=data.experiment,
         tracking_uri=data.tracking_uri,
         runs=data.runs.sort_values(["job_id", "rank", "run_id"], kind="stable"),
-        metrics=data.metrics.sort_values(
-            ["run_id", "key", "step", "timestamp", "value"], kind="stable"
-        ),
+        metrics=sort_rows(data.metrics, METRIC_ORDER),
         profiles=data.profiles.sort_values(
             ["run_id", "name", "self_cuda_time_total"], kind="stable"
         ),
@@ -63,10 +62,10 @@ def configurations(runs: pd.DataFrame) -> list[tuple[str, int]]:
 
 
 def points(data: RunData, key: str) -> pd.DataFrame:
-    """Points of ``key`` joined with their worker run's job, configuration and rank."""
-    metric = data.metrics[data.metrics["key"] == key]
+    """Points (run, step, value) of ``key`` with their worker run's job, configuration, rank."""
+    metric = data.metrics.loc[data.metrics["key"] == key, ["run_id", "step", "value"]]
     cols = ["run_id", "job_id", "strategy", "workers", "rank", "probing_interval"]
-    return metric.merge(data.runs[cols], on="run_id", how="inner")
+    return join_runs(metric, data.runs, cols)
 
 
 def lowest_rank_points(frame: pd.DataFrame) -> pd.DataFrame:

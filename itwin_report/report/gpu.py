@@ -59,14 +59,14 @@ def _config_stats(frame: pd.DataFrame) -> dict[tuple[str, int], tuple[float, set
 
 def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
     """The GPU table and warnings (fallback intervals, partial coverage, missing data)."""
-    power = points(data, GPU_POWER)
-    util = points(data, GPU_UTIL)
+    power = points(data, GPU_POWER)  # the largest frames: one at a time
     per_job, warnings = job_energy(power)
+    power_stats = _config_stats(power)
+    del power
+    util_stats = _config_stats(points(data, GPU_UTIL))
     epochs_per_job = epoch_points(data).groupby("job_id").size()
     per_job["epochs"] = epochs_per_job.reindex(per_job.index).astype("float64")
     per_job["wh_per_epoch"] = per_job["energy_wh"] / per_job["epochs"]
-    power_stats = _config_stats(power)
-    util_stats = _config_stats(util)
     nan = float("nan")
     rows = []
     for strategy, workers in configurations(data.runs):

@@ -159,11 +159,18 @@ def read_artifacts(
             f"(e.g. {mask_text(unreachable[0])}): profiler and performance.json data not read; "
             "point --tracking-uri at the MLflow server that holds them"
         )
+    size = max(1, len(rows) // (THREADS * 4))  # a few batches per thread, not a task per run
+    batches = [rows[i : i + size] for i in range(0, len(rows), size)]
+
+    def batch(part: list[Any]) -> list[tuple[bytes | str | None, bytes | str | None]]:
+        return [both(row) for row in part]
+
     with (
         progress("Reading artifacts", len(rows), show_progress) as advance,
         ThreadPoolExecutor(THREADS) as pool,
     ):
-        for row, (table, perf) in zip(rows, pool.map(both, rows), strict=True):
+        results = (pair for part in pool.map(batch, batches) for pair in part)
+        for row, (table, perf) in zip(rows, results, strict=True):
             advance(1)
             for name, data in ((PROFILE_ARTIFACT, table), (PERFORMANCE_ARTIFACT, perf)):
                 if isinstance(data, str):

@@ -45,8 +45,8 @@ def system_gpu_points(metrics: pd.DataFrame, ranks: pd.Series) -> pd.DataFrame:
 
 
 def _strings(codes: np.ndarray, categories: pd.Index) -> pd.Series:
-    """``categories[codes]`` as the schema's ``str`` column."""
-    return pd.Series(np.asarray(categories, dtype=object)[codes]).astype("str")
+    """``categories[codes]`` as the schema's ``str`` column (taken, not converted per row)."""
+    return pd.Series(categories.astype("str").take(codes), copy=False)
 
 
 def tidy_metrics(metrics: pd.DataFrame, workers: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -97,6 +97,9 @@ def tidy_metrics(metrics: pd.DataFrame, workers: pd.DataFrame) -> tuple[pd.DataF
 def _categorical(column: pd.Series) -> Any:
     """``column`` as a Categorical with sorted categories (reused when it already is one)."""
     dtype = column.dtype
-    if isinstance(dtype, pd.CategoricalDtype) and dtype.categories.is_monotonic_increasing:
-        return pd.Categorical(column)
+    if isinstance(dtype, pd.CategoricalDtype):
+        categories = dtype.categories
+        if categories.is_monotonic_increasing:
+            return pd.Categorical(column)
+        return pd.Categorical(column).reorder_categories(categories.sort_values())
     return pd.Categorical(column.astype(str))

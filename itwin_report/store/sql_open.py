@@ -92,7 +92,7 @@ def _open_sqlite(uri: str) -> SqlReader:
         conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
     except sqlite3.Error as exc:
         raise StoreError(f"cannot open {path} as a database: {exc}") from exc
-    return SqlReader(_sqlite_query(conn, mask_uri(uri)), uri, sqlite=conn)
+    return SqlReader(_sqlite_query(conn, mask_uri(uri)), uri, sqlite=conn, sqlite_url=url)
 
 
 def _installed(module: str) -> bool:

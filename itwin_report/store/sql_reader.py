@@ -17,6 +17,7 @@ from itwin_report.errors import StoreError
 from itwin_report.masking import mask_text
 from itwin_report.progress import Advance
 from itwin_report.schema import METRIC_KEYS
+from itwin_report.store.columnar import fetch_numeric
 from itwin_report.store.tree import PARENT_TAG
 from itwin_report.store.uri import mask_uri
 
@@ -26,6 +27,12 @@ WANTED_TABLE = "itwin_report_wanted"
 SYSTEM_PREFIX = "system/gpu_"  # MLflow's own system metrics, per GPU
 FETCH_ROWS = 200_000  # rows per fetch when reading columns into arrays
 KEY_SLOTS = 8  # room for the codes of METRIC_KEYS
+WANTED_SETUP = (
+    "PRAGMA temp_store = MEMORY",
+    f"DROP TABLE IF EXISTS temp.{WANTED_TABLE}",
+    f"CREATE TEMP TABLE {WANTED_TABLE} (run_uuid TEXT PRIMARY KEY, idx INTEGER)",
+)
+WANTED_INSERT = f"INSERT OR IGNORE INTO temp.{WANTED_TABLE} VALUES (?, ?)"
 
 
 def _in_list(prefix: str, values: Sequence[str]) -> tuple[str, dict[str, Any]]:
@@ -49,9 +56,11 @@ class SqlReader:
         uri: str,
         sqlite: sqlite3.Connection | None = None,
         close: Callable[[], None] | None = None,
+        sqlite_url: str | None = None,
     ) -> None:
         self._query = query
         self._sqlite = sqlite
+        self._sqlite_url = sqlite_url  # the read-only URI filename, for the columnar reader
         self._close = close
         self.uri = uri
         self.has_is_nan = True
@@ -135,7 +144,7 @@ class SqlReader:
         numeric = "typeof(m.value) IN ('real', 'integer')"
         numeric += " AND typeof(m.step) = 'integer' AND typeof(m.timestamp) = 'integer'"
         nan = "WHEN m.is_nan THEN NULL " if self.has_is_nan else ""
-        value = f"CASE {nan}WHEN {numeric} THEN m.value END"
+        value = f"CASE {nan}WHEN {numeric} THEN CAST(m.value AS REAL) END"
         keys = "".join(f"WHEN '{k}' THEN {i} " for i, k in enumerate(METRIC_KEYS))
         sql = (
             f"SELECT w.idx * {KEY_SLOTS} + CASE m.key {keys}END, {value}, "
@@ -144,7 +153,9 @@ class SqlReader:
             "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key IN "
             f"({', '.join('?' * len(METRIC_KEYS))})"
         )
-        table = self._fetch_array(sql, METRIC_KEYS)
+        table = self._fetch_columnar(run_ids)
+        if table is None:
+            table = self._fetch_array(sql, METRIC_KEYS)
         codes = table[:, 0].astype(np.int64)
         frame = pd.DataFrame(
             {
@@ -175,6 +186,35 @@ class SqlReader:
         return pd.concat(
             [frame.astype({"run_id": object, "key": object}), system], ignore_index=True
         )
+
+    def _fetch_columnar(self, run_ids: Sequence[str]) -> np.ndarray | None:
+        """The four columns of :meth:`_sqlite_metrics` read by the ADBC driver, or None.
+
+        The raw columns are fetched (no per-row type checks in SQL); the driver refuses a
+        column that mixes types, and a NULL marks a point that is not a number, as in SQL.
+        """
+        if self._sqlite_url is None:
+            return None
+        keys = "".join(f"WHEN '{k}' THEN {i} " for i, k in enumerate(METRIC_KEYS))
+        nan = "m.is_nan" if self.has_is_nan else "0"
+        sql = (
+            f"SELECT w.idx * {KEY_SLOTS} + CASE m.key {keys}END, m.value, m.step, "
+            f"m.timestamp, {nan} FROM {WANTED_TABLE} w "
+            "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key IN "
+            f"({', '.join('?' * len(METRIC_KEYS))})"
+        )
+        wanted: list[tuple[Any, ...]] = [(r, i) for i, r in enumerate(run_ids)]
+        setup: list[tuple[str, Sequence[tuple[Any, ...]]]] = [(s, ()) for s in WANTED_SETUP]
+        setup.append((WANTED_INSERT, wanted))
+        raw = fetch_numeric(self._sqlite_url, setup, sql, METRIC_KEYS)
+        if raw is None:
+            return None
+        numeric = ~np.isnan(raw[:, 1:4]).any(axis=1)
+        is_nan = np.nan_to_num(raw[:, 4]) != 0
+        table = raw[:, :4]
+        table[~numeric, 2:4] = np.nan
+        table[~numeric | is_nan, 1] = np.nan
+        return table
 
     def _fetch_array(self, sql: str, params: Sequence[Any]) -> np.ndarray:
         """All rows of a numeric query as one float64 array (NULL -> NaN), fetched in chunks."""
@@ -222,12 +262,6 @@ class SqlReader:
     def _fill_wanted(self, run_ids: Sequence[str]) -> None:
         """A TEMP table of the run ids and their positions (kept in memory, never on disk)."""
         assert self._sqlite is not None
-        self._sqlite.execute("PRAGMA temp_store = MEMORY")
-        self._sqlite.execute(f"DROP TABLE IF EXISTS temp.{WANTED_TABLE}")
-        self._sqlite.execute(
-            f"CREATE TEMP TABLE {WANTED_TABLE} (run_uuid TEXT PRIMARY KEY, idx INTEGER)"
-        )
-        self._sqlite.executemany(
-            f"INSERT OR IGNORE INTO temp.{WANTED_TABLE} VALUES (?, ?)",
-            [(r, i) for i, r in enumerate(run_ids)],
-        )
+        for statement in WANTED_SETUP:
+            self._sqlite.execute(statement)
+        self._sqlite.executemany(WANTED_INSERT, [(r, i) for i, r in enumerate(run_ids)])

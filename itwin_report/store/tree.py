@@ -179,9 +179,9 @@ def select_workers(
     alone = job.map(job.value_counts()) == 1
     cands.loc[alone & cands["global_rank"].isna(), "global_rank"] = "0"
     problems = _problems(cands)
-    for (_, row), text in zip(cands.iterrows(), problems, strict=True):
-        if text:
-            warnings.append(f"skipped {_describe(row)}: {text}")
+    flagged = problems != ""
+    for (_, row), text in zip(cands[flagged].iterrows(), problems[flagged], strict=True):
+        warnings.append(f"skipped {_describe(row)}: {text}")
     cands = cands[problems == ""].copy()
 
     cands["workers"] = _as_int(cands["global_world_size"]).astype("int64")

@@ -1,0 +1,85 @@
+"""Optional columnar reads of a SQLite store with the ADBC driver (the ``fast`` extra).
+
+Python's sqlite3 hands back one Python object per value: for the millions of metric points of a
+large experiment that, not SQLite, is most of the loading time. The ADBC SQLite driver fills
+Arrow arrays in C instead. The same read-only URI and the same SQL are used, so the rows are the
+same; when the driver is not installed, or cannot read a result (it refuses a column whose
+type changes from row to row), the read is left to sqlite3. Setting ``ITWIN_REPORT_COLUMNAR=0``
+turns the driver off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+ENV = "ITWIN_REPORT_COLUMNAR"
+OFF = {"0", "false", "no", "off"}
+
+
+def enabled() -> bool:
+    """Whether the columnar reader may be used (it still needs the driver installed)."""
+    return os.environ.get(ENV, "1").strip().lower() not in OFF
+
+
+def fetch_numeric(
+    url: str,
+    setup: Sequence[tuple[str, Sequence[Sequence[Any]]]],
+    sql: str,
+    params: Sequence[Any],
+) -> np.ndarray | None:
+    """All rows of a numeric query as one float64 array (NULL -> NaN), or None.
+
+    A result with a column that is not numbers (the driver turns a column that starts with
+    mixed types into text) is None too.
+
+    ``url`` is a SQLite URI filename (``file:...?mode=ro``); ``setup`` holds statements run
+    first on the same connection, each with its parameter rows (a TEMP table to join on).
+    None means "read it with sqlite3": no driver, switched off, or the driver failed.
+    """
+    if not enabled():
+        return None
+    try:
+        import adbc_driver_sqlite.dbapi as adbc
+        import pyarrow as pa
+        import pyarrow.compute as pc
+    except ImportError:
+        return None
+    try:
+        conn = adbc.connect(url)
+    except Exception:
+        return None
+    cursor = None
+    try:
+        cursor = conn.cursor()
+        for statement, rows in setup:
+            if rows:
+                cursor.executemany(statement, [list(r) for r in rows])
+            else:
+                cursor.execute(statement)
+        cursor.execute(sql, list(params))
+        table = cursor.fetch_arrow_table()
+    except Exception:  # any refusal of the driver: sqlite3 reads the same rows
+        return None
+    finally:
+        _close(cursor)
+        _close(conn)
+    kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_null)
+    if not all(any(kind(t) for kind in kinds) for t in table.schema.types):
+        return None  # text, say: sqlite3 reads it, with its own checks
+    columns = [pc.cast(table.column(i), pa.float64()).to_numpy() for i in range(table.num_columns)]
+    if not table.num_rows:
+        return np.empty((0, table.num_columns))
+    return np.column_stack(columns)
+
+
+def _close(handle: Any) -> None:
+    """Close a cursor or connection; a driver that complains on closing changes nothing."""
+    if handle is None:
+        return
+    with contextlib.suppress(Exception):
+        handle.close()
