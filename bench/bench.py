@@ -3,7 +3,7 @@
 1. itwinai layout, 384 worker runs (emulated), tables + plots: the report vs itwinai 0.4.2's own
    ``generate-scalability-report`` (when ``ITWINAI_PYTHON`` names a Python that has itwinai).
 2. 10,000 worker runs, 4 M points, no plots: the report's CPU time and peak memory vs the floor,
-   one ``pd.read_sql`` per table.
+   one ``pd.read_sql`` per table; with the columnar reader (the ``fast`` extra) and without.
 3. The emulator's layout (Rate metrics, profiles and performance.json on every worker), about
    9,200 workers: the report's CPU time vs the same floor plus reading the artifacts.
 4. Default ``emulate`` (360 worker runs) vs writing the same rows in one SQL transaction.
@@ -29,6 +29,7 @@ from stores import OUT, clone_runs, copy_rows_in_one_transaction, uri_of, write_
 
 BIN = Path(sys.executable).parent
 REPORT = [str(BIN / "itwin-report"), "generate-scalability-report", "-e"]
+COLUMNAR = "ITWIN_REPORT_COLUMNAR"  # "0": the report reads SQLite through sqlite3 only
 
 FLOOR_SCRIPT = r"""
 import csv, json, sqlite3, sys, pandas as pd
@@ -67,10 +68,15 @@ class Measure:
     peak_mib: float
 
 
-def measure(cmd: list[str], cwd: Path | None = None) -> tuple[Measure, str]:
+def measure(
+    cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None
+) -> tuple[Measure, str]:
     """Run ``cmd`` as a fresh process: its wall time, CPU time, peak RSS and stdout."""
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd)
+    environ = {**os.environ, **(env or {})}
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=environ
+    )
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - start
     out = proc.stdout.read().decode() if proc.stdout else ""
@@ -92,6 +98,10 @@ def emulate(db: Path, experiment: str, *options: str) -> Measure:
     cmd = [str(BIN / "itwin-report"), "emulate", "--tracking-uri", uri_of(db)]
     cmd += ["--experiment-name", experiment, *options]
     return measure(cmd, cwd=db.parent)[0]
+
+
+def gib(m: Measure) -> str:
+    return f"{m.peak_mib / 1024:5.2f}"
 
 
 def line(label: str, value: str) -> None:
@@ -131,15 +141,18 @@ def bench_10k(results: dict[str, object]) -> None:
     db = OUT / "runs10k.db"
     if not db.exists():  # 500 jobs x 20 ranks x 200 samples x 2 keys = 4,000,000 points
         write_layout(db, jobs=500, ranks=20, samples=200, epochs=10)
-    ours, _ = measure([*REPORT, "bench", "--tracking-uri", uri_of(db), "-q", "--no-plots"])
+    cmd = [*REPORT, "bench", "--tracking-uri", uri_of(db), "-q", "--no-plots"]
+    ours, _ = measure(cmd)
+    plain, _ = measure(cmd, env={COLUMNAR: "0"})
     base = floor(db, "bench", artifacts=False)
     print("2. 10,000 worker runs, 4 M points, no plots")
     line("itwin-report", f"{ours.cpu_s:6.2f} s CPU, {ours.peak_mib / 1024:5.2f} GiB peak")
-    peak = base.peak_mib / 1024
-    line("floor: one pd.read_sql per table", f"{base.cpu_s:6.2f} s CPU, {peak:5.2f} GiB peak")
+    line("itwin-report, columnar reader off", f"{plain.cpu_s:6.2f} s CPU, {gib(plain)} GiB peak")
+    line("floor: one pd.read_sql per table", f"{base.cpu_s:6.2f} s CPU, {gib(base)} GiB peak")
     line("ratio CPU report / floor (goal <= 10 s and < 1)", f"{ours.cpu_s / base.cpu_s:6.2f}")
+    line("ratio CPU, columnar reader off / floor", f"{plain.cpu_s / base.cpu_s:6.2f}")
     line("ratio memory report / floor (goal <= 1.2 GiB)", f"{ours.peak_mib / base.peak_mib:6.2f}")
-    results["runs_10k"] = {"ours": asdict(ours), "floor": asdict(base)}
+    results["runs_10k"] = {"ours": asdict(ours), "plain": asdict(plain), "floor": asdict(base)}
 
 
 def bench_emulator_layout(results: dict[str, object]) -> None:
@@ -149,13 +162,21 @@ def bench_emulator_layout(results: dict[str, object]) -> None:
         db.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, db)
         clone_runs(db, 24)
-    ours, _ = measure([*REPORT, "bench", "--tracking-uri", uri_of(db), "-q", "--no-plots"])
+    cmd = [*REPORT, "bench", "--tracking-uri", uri_of(db), "-q", "--no-plots"]
+    ours, _ = measure(cmd)
+    plain, _ = measure(cmd, env={COLUMNAR: "0"})
     base = floor(db, "bench", artifacts=True)
     print("3. emulator layout (Rate, profiles, performance.json on every worker), 9,216 workers")
     line("itwin-report", f"{ours.cpu_s:6.2f} s CPU, {ours.peak_mib / 1024:5.2f} GiB peak")
+    line("itwin-report, columnar reader off", f"{plain.cpu_s:6.2f} s CPU, {gib(plain)} GiB peak")
     line("floor: read_sql per table + artifacts", f"{base.cpu_s:6.2f} s CPU")
     line("ratio CPU report / floor (goal <= 1.5)", f"{ours.cpu_s / base.cpu_s:6.2f}")
-    results["emulator_layout_9216"] = {"ours": asdict(ours), "floor": asdict(base)}
+    line("ratio CPU, columnar reader off / floor", f"{plain.cpu_s / base.cpu_s:6.2f}")
+    results["emulator_layout_9216"] = {
+        "ours": asdict(ours),
+        "plain": asdict(plain),
+        "floor": asdict(base),
+    }
 
 
 def bench_emulate(results: dict[str, object]) -> None:

@@ -137,6 +137,56 @@ def parse_performance(data: bytes, run_id: str) -> dict[str, Any]:
     return row
 
 
+# file systems where one file read waits on the network: reads overlap in threads there
+NETWORK_FILESYSTEMS = (
+    "nfs",
+    "nfs4",
+    "cifs",
+    "smb3",
+    "smbfs",
+    "lustre",
+    "gpfs",
+    "beegfs",
+    "ceph",
+    "glusterfs",
+    "9p",
+    "afs",
+    "sshfs",
+    "fuse",
+)
+
+
+def _slow_reads(rows: list[Any], remote: Remote | None) -> bool:
+    """Whether reading the artifacts waits on a network (a server, or a network file system).
+
+    Local disks are read in one thread: the reads are short and threads only add overhead.
+    Only Linux tells the file system type (``/proc/self/mounts``); elsewhere threads are used.
+    """
+    root = local_artifact_dir(str(rows[0].artifact_uri)) if rows else None
+    if root is None:
+        return remote is not None
+    try:
+        mounts = Path("/proc/self/mounts").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return True
+    kind = filesystem_type(str(root.resolve()), mounts)
+    return kind.split(".")[0] in NETWORK_FILESYSTEMS
+
+
+def filesystem_type(path: str, mounts: str) -> str:
+    """The type of the file system holding absolute ``path``, from ``/proc/self/mounts`` text."""
+    best, kind = "", ""
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = path == point or path.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
 def read_artifacts(
     workers: pd.DataFrame, remote: Remote | None = None, show_progress: bool = True
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[str]]:
@@ -165,11 +215,13 @@ def read_artifacts(
     def batch(part: list[Any]) -> list[tuple[bytes | str | None, bytes | str | None]]:
         return [both(row) for row in part]
 
+    threads = THREADS if _slow_reads(rows, remote) else 1
     with (
         progress("Reading artifacts", len(rows), show_progress) as advance,
-        ThreadPoolExecutor(THREADS) as pool,
+        ThreadPoolExecutor(threads) as pool,
     ):
-        results = (pair for part in pool.map(batch, batches) for pair in part)
+        parts = pool.map(batch, batches) if threads > 1 else map(batch, batches)
+        results = (pair for part in parts for pair in part)
         for row, (table, perf) in zip(rows, results, strict=True):
             advance(1)
             for name, data in ((PROFILE_ARTIFACT, table), (PERFORMANCE_ARTIFACT, perf)):

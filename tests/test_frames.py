@@ -1,0 +1,89 @@
+"""Sorting, de-duplicating and joining on codes gives what pandas gives on the strings."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from itwin_report.frames import join_runs, last_of_each, sort_rows
+from itwin_report.store.artifacts import filesystem_type
+
+
+def _points(seed: int, n: int = 400) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    runs = np.array([f"run-{i:02d}" for i in rng.integers(0, 12, n)], dtype=object)
+    keys = np.array(["b", "a", "c"], dtype=object)[rng.integers(0, 3, n)]
+    values = rng.choice([1.5, 2.5, np.nan, np.inf, -1.0], n)
+    return pd.DataFrame(
+        {
+            "run_id": pd.Series(runs, dtype="str"),
+            "key": pd.Series(keys, dtype="str"),
+            "step": rng.integers(0, 5, n),
+            "value": values,
+            "timestamp": rng.integers(0, 3, n),
+        }
+    )
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_sort_and_last_of_each_match_pandas(seed: int) -> None:
+    frame = _points(seed)
+    columns = ["run_id", "key", "step", "timestamp"]
+    mine = sort_rows(frame, columns)
+    theirs = frame.sort_values(columns, kind="stable")
+    assert mine.index.tolist() == list(range(len(frame)))
+    pd.testing.assert_frame_equal(mine, theirs.reset_index(drop=True))
+    repeated = last_of_each(mine, ["run_id", "key", "step"])
+    expected = mine.duplicated(["run_id", "key", "step"], keep="last").to_numpy()
+    assert repeated.tolist() == expected.tolist()
+    assert 0 < repeated.sum() < len(frame)  # the draw has both kinds of rows
+
+
+def test_a_sorted_frame_is_returned_as_it_is() -> None:
+    frame = _points(7).sort_values(["run_id", "key"], kind="stable")
+    assert sort_rows(frame, ["run_id", "key"]) is frame
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_join_runs_matches_an_inner_merge(seed: int) -> None:
+    points = _points(seed)
+    runs = pd.DataFrame(
+        {
+            "run_id": pd.Series([f"run-{i:02d}" for i in range(0, 12, 2)], dtype="str"),
+            "job_id": pd.Series([f"job-{i % 3}" for i in range(6)], dtype="str"),
+            "workers": np.arange(6, dtype="int64") * 4,
+        }
+    )
+    points["position"] = np.arange(len(points))
+    mine = join_runs(points, runs, ["run_id", "job_id", "workers"])
+    # pandas 2.0 groups an inner merge's rows by key: put them back in the points' order
+    theirs = points.merge(runs, on="run_id", how="inner").sort_values("position")
+    assert 0 < len(mine) < len(points)  # runs with odd numbers have no row in ``runs``
+    assert mine["position"].is_monotonic_increasing
+    pd.testing.assert_frame_equal(mine, theirs.reset_index(drop=True))
+
+
+MOUNTS = """\
+overlay / overlay rw,relatime 0 0
+proc /proc proc rw,nosuid 0 0
+server:/export /work nfs4 rw,relatime 0 0
+/dev/sda1 /work/local ext4 rw 0 0
+gpfs1 /p/project gpfs rw 0 0
+/dev/sdb1 /mnt/my\\040disk xfs rw 0 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "kind"),
+    [
+        ("/home/user/mllogs", "overlay"),
+        ("/work/mllogs/artifacts", "nfs4"),
+        ("/work/local/mllogs", "ext4"),  # the longest mount point wins
+        ("/work/localized", "nfs4"),  # a prefix of a name is not a mount point of it
+        ("/p/project/itwinai/mllogs", "gpfs"),
+        ("/mnt/my disk/runs", "xfs"),  # spaces are escaped as \\040
+    ],
+)
+def test_filesystem_type(path: str, kind: str) -> None:
+    assert filesystem_type(path, MOUNTS) == kind
