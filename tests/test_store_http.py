@@ -7,9 +7,8 @@ from typing import Any
 import pandas as pd
 import pytest
 import requests
-from conftest import build_scaling_store
+from conftest import build_scaling_store, bulk_worker_runs
 
-from itwin_report.emulator import mlflow_writer
 from itwin_report.store import api_reader, load_experiment, mlflow_api
 from itwin_report.store.sql_open import open_sql_reader
 
@@ -29,22 +28,17 @@ def http_scaling(mlflow_server: tuple[str, str]) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def bulk_store(mlflow_server: tuple[str, str]) -> dict[str, Any]:
     """N_BULK flat runs written straight into the server's backend (fast), read over HTTP."""
-    _, backend = mlflow_server
-    w = mlflow_writer.RunWriter(backend)
-    exp = w.experiment_id("http-bulk", mlflow_writer.artifact_location(backend, "http-bulk"))
-    ids = []
+    url, backend = mlflow_server
+    runs = []
     for i in range(N_BULK):
-        run = w.create_run(exp, f"bulk-{i:03d}", i)
         points = [("epoch_time_s", float(i + 1), i, s) for s in range(3)]
         if i < MID_RUNS:
             points += [("gpu_power_W", float(s), s, s) for s in range(MID_POINTS)]
         if i == N_BULK - 1:
             points += [("gpu_power_W", float(s), s, s) for s in range(BIG_POINTS)]
         params = {"strategy": "deepspeed", "global_rank": 0, "global_world_size": 1}
-        w.log_batch(run, points, params)
-        w.end_run(run, i + 1)
-        ids.append(run)
-    return {"ids": ids}
+        runs.append({"name": f"bulk-{i:03d}", "start": i, "params": params, "metrics": points})
+    return {"ids": bulk_worker_runs(backend, "http-bulk", runs, client_uri=url)}
 
 
 def test_http_matches_direct_sql(mlflow_server: tuple[str, str], http_scaling: dict) -> None:
