@@ -7,6 +7,7 @@
 3. The emulator's layout (Rate metrics, profiles and performance.json on every worker), about
    9,200 workers: the report's CPU time vs the same floor plus reading the artifacts.
 4. Default ``emulate`` (360 worker runs) vs writing the same rows in one SQL transaction.
+5. The test suite, as ``make test`` runs it (``BENCH_SKIP_TESTS=1`` leaves it out).
 
 Each command runs as a fresh process; CPU time and peak memory are its own (``wait4``).
 Stores are built once under ``bench/out/``; results are printed and written to
@@ -192,12 +193,23 @@ def bench_emulate(results: dict[str, object]) -> None:
     results["emulate_default"] = {"ours": asdict(ours), "one_transaction_s": one, "rows": rows}
 
 
+def bench_test_suite(results: dict[str, object]) -> None:
+    """The suite as ``make test`` runs it (the venv is already installed)."""
+    root = Path(__file__).resolve().parents[1]
+    suite, _ = measure([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=root)
+    print("5. the test suite (make test without the install)")
+    line("pytest -q (goal <= 120 s)", f"{suite.wall_s:6.1f} s wall, {suite.cpu_s:6.1f} s CPU")
+    results["test_suite"] = asdict(suite)
+
+
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     results: dict[str, object] = {}
-    for part in (bench_itwinai_layout, bench_10k, bench_emulator_layout, bench_emulate):
+    parts = [bench_itwinai_layout, bench_10k, bench_emulator_layout, bench_emulate]
+    if os.environ.get("BENCH_SKIP_TESTS") != "1":
+        parts.append(bench_test_suite)
+    for part in parts:
         part(results)
-    print("5. make test: measured outside (time make test)")
     (OUT / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
 
 

@@ -21,11 +21,14 @@ def empty_series() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series(dtype=t) for c, t in SERIES_COLUMNS.items()})
 
 
+def _runs_with(data: RunData, key: str) -> list[str]:
+    """The distinct run ids that logged ``key`` (found in C, then a short list)."""
+    return [str(r) for r in pd.unique(data.metrics.loc[data.metrics["key"] == key, "run_id"])]
+
+
 def default_config(data: RunData) -> tuple[str, int] | None:
     """The first strategy's smallest worker count with rate metrics (the most logging points)."""
-    with_rate = data.runs[
-        data.runs["run_id"].isin(data.metrics.loc[data.metrics["key"] == RATE, "run_id"])
-    ]
+    with_rate = data.runs[data.runs["run_id"].isin(_runs_with(data, RATE))]
     if with_rate.empty:
         return None
     strategy = sorted(with_rate["strategy"].astype(str))[0]
@@ -41,11 +44,10 @@ def rate_series(
     if chosen is None:
         return empty_series(), None, []
     strategy, workers = chosen
-    rate_runs = set(data.metrics.loc[data.metrics["key"] == RATE, "run_id"])
     runs = data.runs[
         (data.runs["strategy"] == strategy)
         & (data.runs["workers"] == workers)
-        & data.runs["run_id"].isin(rate_runs)
+        & data.runs["run_id"].isin(_runs_with(data, RATE))
     ]
     if runs.empty:
         return empty_series(), chosen, [f"no rate metrics for {label(strategy, workers)}"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pandas as pd
 
@@ -38,15 +40,19 @@ def _with_config(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 def performance_jobs(data: RunData) -> tuple[pd.DataFrame, list[str]]:
     """Per job: merged performance.json -> sps (scaled to all workers), est, flags."""
     perf = _with_config(data.performance, data.runs)
+    perf = perf.sort_values(["job_id", "rank", "run_id"], kind="stable")
+    fields = (*PERFORMANCE_FIELDS, "records")
+    every = [{f: _plain(r[f]) for f in fields} for r in perf.to_dict("records")]
+    jobs = perf["job_id"].to_numpy(dtype=object)
+    run_ids = perf["run_id"].to_numpy(dtype=object)
+    firsts = np.flatnonzero(np.r_[True, jobs[1:] != jobs[:-1]]) if len(perf) else np.zeros(0)
+    edges = [*map(int, firsts), len(perf)]  # job i is rows edges[i] .. edges[i + 1]
     rows, warnings = [], []
-    for job, group in perf.groupby("job_id", sort=True):
+    for a, b in itertools.pairwise(edges):
+        job, group = jobs[a], perf.iloc[a:b]
         strategy, workers = str(group["strategy"].iloc[0]), int(group["workers"].iloc[0])
-        group = group.sort_values(["rank", "run_id"], kind="stable")
-        records = [
-            {f: _plain(r[f]) for f in (*PERFORMANCE_FIELDS, "records")}
-            for r in group.to_dict("records")
-        ]
-        names = [f"performance.json of worker run {r}" for r in group["run_id"]]
+        records = every[a:b]
+        names = [f"performance.json of worker run {r}" for r in run_ids[a:b]]
         try:
             merged = merge_records(records, names)
         except DataError as exc:
