@@ -383,8 +383,8 @@ def running_mlflow_server(mlflow_bin: Path, backend: str, root: Path) -> Iterato
         finally:
             with suppress(ProcessLookupError):  # gone already when it failed to start
                 os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=10)
+            try:  # a test server's graceful shutdown (keep-alive connections) is not waited for
+                proc.wait(timeout=1)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
