@@ -41,6 +41,16 @@ def _in_list(prefix: str, values: Sequence[str]) -> tuple[str, dict[str, Any]]:
     return ", ".join(f":{n}" for n in names), dict(zip(names, values, strict=True))
 
 
+def _points_sql(columns: str) -> str:
+    """The wanted runs' points of :data:`METRIC_KEYS`: ``run position * 8 + key``, ``columns``."""
+    keys = "".join(f"WHEN '{k}' THEN {i} " for i, k in enumerate(METRIC_KEYS))
+    return (
+        f"SELECT w.idx * {KEY_SLOTS} + CASE m.key {keys}END, {columns} FROM {WANTED_TABLE} w "
+        "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key IN "
+        f"({', '.join('?' * len(METRIC_KEYS))})"
+    )
+
+
 def first_line(exc: BaseException) -> str:
     """The first line of an error, secrets masked."""
     text = str(exc).strip()
@@ -145,13 +155,9 @@ class SqlReader:
         numeric += " AND typeof(m.step) = 'integer' AND typeof(m.timestamp) = 'integer'"
         nan = "WHEN m.is_nan THEN NULL " if self.has_is_nan else ""
         value = f"CASE {nan}WHEN {numeric} THEN CAST(m.value AS REAL) END"
-        keys = "".join(f"WHEN '{k}' THEN {i} " for i, k in enumerate(METRIC_KEYS))
-        sql = (
-            f"SELECT w.idx * {KEY_SLOTS} + CASE m.key {keys}END, {value}, "
-            f"CASE WHEN {numeric} THEN m.step END, CASE WHEN {numeric} THEN m.timestamp END "
-            f"FROM {WANTED_TABLE} w "
-            "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key IN "
-            f"({', '.join('?' * len(METRIC_KEYS))})"
+        sql = _points_sql(
+            f"{value}, CASE WHEN {numeric} THEN m.step END, "
+            f"CASE WHEN {numeric} THEN m.timestamp END"
         )
         table = self._fetch_columnar(run_ids)
         if table is None:
@@ -195,14 +201,8 @@ class SqlReader:
         """
         if self._sqlite_url is None:
             return None
-        keys = "".join(f"WHEN '{k}' THEN {i} " for i, k in enumerate(METRIC_KEYS))
         nan = "m.is_nan" if self.has_is_nan else "0"
-        sql = (
-            f"SELECT w.idx * {KEY_SLOTS} + CASE m.key {keys}END, m.value, m.step, "
-            f"m.timestamp, {nan} FROM {WANTED_TABLE} w "
-            "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key IN "
-            f"({', '.join('?' * len(METRIC_KEYS))})"
-        )
+        sql = _points_sql(f"m.value, m.step, m.timestamp, {nan}")
         wanted: list[tuple[Any, ...]] = [(r, i) for i, r in enumerate(run_ids)]
         setup: list[tuple[str, Sequence[tuple[Any, ...]]]] = [(s, ()) for s in WANTED_SETUP]
         setup.append((WANTED_INSERT, wanted))
