@@ -8,6 +8,7 @@ codes gives the same rows in the same order.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -23,36 +24,53 @@ def sorted_codes(column: pd.Series) -> np.ndarray:
 
 
 def _sort_keys(frame: pd.DataFrame, columns: Sequence[str]) -> list[np.ndarray]:
-    """One comparable array per column, NaN last: the column itself or its sorted codes."""
-    keys = []
-    for name in columns:
-        column = frame[name]
-        if pd.api.types.is_numeric_dtype(column.dtype):
-            values = column.to_numpy()
-            if values.dtype.kind == "f":
-                values = np.where(np.isnan(values), np.inf, values)  # NaN last, as lexsort
-            keys.append(values)
-        else:
-            keys.append(sorted_codes(column))
-    return keys
+    """One array per column for ``np.lexsort`` (which puts NaN last, as pandas does)."""
+    return [
+        frame[name].to_numpy() if _numeric(frame[name]) else sorted_codes(frame[name])
+        for name in columns
+    ]
 
 
-def _in_order(keys: list[np.ndarray]) -> bool:
-    """Whether rows are already sorted by ``keys`` (first is major): one pass, no sort."""
-    if not keys or len(keys[0]) < 2:
+def _pairs(column: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
+    """(row < next row, row == next row) for a column; None when values do not compare."""
+    values: Any = column.to_numpy() if _numeric(column) else column.array
+    before, after = values[:-1], values[1:]
+    try:
+        less, same = before < after, before == after
+    except TypeError:  # mixed types in an object column
+        return None
+    if isinstance(less, np.ndarray):
+        return less.astype(bool), same.astype(bool)
+    return less.to_numpy(dtype=bool, na_value=False), same.to_numpy(dtype=bool, na_value=False)
+
+
+def _in_order(frame: pd.DataFrame, columns: Sequence[str]) -> bool:
+    """Whether rows are already sorted by ``columns`` (first is major): one pass, no sort.
+
+    Missing values never compare, so a frame holding them in a sort column is "not sorted"
+    and goes through the sort, which puts them last.
+    """
+    if len(frame) < 2 or not columns:
         return True
-    ok = np.ones(len(keys[0]) - 1, dtype=bool)
-    for values in reversed(keys):
-        before, after = values[:-1], values[1:]
-        ok = (before < after) | ((before == after) & ok)
+    ok = np.ones(len(frame) - 1, dtype=bool)
+    for name in reversed(columns):
+        pairs = _pairs(frame[name])
+        if pairs is None:
+            return False
+        less, same = pairs
+        ok = less | (same & ok)
     return bool(ok.all())
+
+
+def _numeric(column: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(column.dtype)
 
 
 def sort_rows(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """``frame`` sorted by ``columns`` (stable), indexed 0..n-1; itself when already sorted."""
-    keys = _sort_keys(frame, columns)
-    if _in_order(keys):
+    if _in_order(frame, columns):
         return frame
+    keys = _sort_keys(frame, columns)
     out = frame.take(np.lexsort(keys[::-1]))
     out.index = pd.RangeIndex(len(out))
     return out

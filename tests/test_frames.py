@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from itwin_report.frames import join_runs, last_of_each, sort_rows
+from itwin_report.frames import METRIC_ORDER, join_runs, last_of_each, sort_rows
 from itwin_report.store.artifacts import filesystem_type
 
 
@@ -29,6 +29,10 @@ def _points(seed: int, n: int = 400) -> pd.DataFrame:
 @pytest.mark.parametrize("seed", range(5))
 def test_sort_and_last_of_each_match_pandas(seed: int) -> None:
     frame = _points(seed)
+    for order in (list(METRIC_ORDER), ["value", "step"]):  # NaN and inf among the values
+        mine = sort_rows(frame, order)
+        theirs = frame.sort_values(order, kind="stable").reset_index(drop=True)
+        pd.testing.assert_frame_equal(mine, theirs)
     columns = ["run_id", "key", "step", "timestamp"]
     mine = sort_rows(frame, columns)
     theirs = frame.sort_values(columns, kind="stable")

@@ -5,6 +5,7 @@ Light module: standard library only.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -73,6 +74,7 @@ def file_store_path(uri: str) -> Path:
     return Path(uri)
 
 
+@functools.lru_cache(maxsize=1 << 16)  # asked several times per worker run
 def local_artifact_dir(artifact_uri: str) -> Path | None:
     """The local directory of an artifact URI (``file:`` or a plain path), else None."""
     if not artifact_uri:
