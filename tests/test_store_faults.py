@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import threading
 import time
@@ -169,3 +170,35 @@ def test_bulk_requests_fit_any_server() -> None:
         assert len(batch) <= BULK_MAX_RUNS
         assert parse_qs(urlsplit(line.split(" ")[1]).query)["run_id"] == batch
     assert len(batches) > 250 // BULK_MAX_RUNS + 1  # 32-hex ids: the line, not 100, limits
+
+
+def test_tracking_uri_stays_set_while_any_download_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two downloads overlap; the first to finish must not restore the old tracking URI."""
+    from itwin_report.store import mlflow_api
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:1")  # another server
+    shared = mlflow_api._SharedTrackingEnv()
+    here = "http://127.0.0.1:2"
+    first_in, second_in, first_out = threading.Event(), threading.Event(), threading.Event()
+    seen: list[str | None] = []
+
+    def first() -> None:
+        with shared(here):
+            first_in.set()
+            second_in.wait(5)
+        first_out.set()
+
+    def second() -> None:
+        first_in.wait(5)
+        with shared(here):
+            second_in.set()
+            first_out.wait(5)
+            seen.append(os.environ.get("MLFLOW_TRACKING_URI"))
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+    assert first_out.is_set() and seen == [here]
+    assert os.environ["MLFLOW_TRACKING_URI"] == "http://127.0.0.1:1"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -198,22 +199,40 @@ def _listed(uri: str, artifact_uri: str, path: str) -> bool:
     return any(info.path.endswith(path) or info.path == _name for info in listed)
 
 
-@contextmanager
-def _tracking_env(uri: str) -> Iterator[None]:
-    """``MLFLOW_TRACKING_URI`` set to ``uri`` for the call.
+class _SharedTrackingEnv:
+    """``MLFLOW_TRACKING_URI`` set while any thread is inside, restored when the last leaves.
 
-    Clients before MLflow 3 resolve ``mlflow-artifacts:`` locations against it, not against
-    the ``tracking_uri`` they are given.
+    Clients before MLflow 3 resolve ``mlflow-artifacts:`` locations against the variable, not
+    against the ``tracking_uri`` they are given. Downloads run in several threads: each one
+    saving and restoring the variable by itself would let one thread restore the old value
+    while another is still downloading.
     """
-    saved = os.environ.get("MLFLOW_TRACKING_URI")
-    os.environ["MLFLOW_TRACKING_URI"] = uri
-    try:
-        yield
-    finally:
-        if saved is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = saved
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._inside = 0
+        self._saved: str | None = None
+
+    @contextmanager
+    def __call__(self, uri: str) -> Iterator[None]:
+        with self._lock:
+            if self._inside == 0:
+                self._saved = os.environ.get("MLFLOW_TRACKING_URI")
+            os.environ["MLFLOW_TRACKING_URI"] = uri  # one store per command: the same uri
+            self._inside += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._inside -= 1
+                if self._inside == 0:
+                    if self._saved is None:
+                        os.environ.pop("MLFLOW_TRACKING_URI", None)
+                    else:
+                        os.environ["MLFLOW_TRACKING_URI"] = self._saved
+
+
+_tracking_env = _SharedTrackingEnv()
 
 
 def _is_missing(exc: Exception) -> bool:
