@@ -151,22 +151,33 @@ def bench_itwinai_layout(results: dict[str, object]) -> None:
     results["itwinai_layout_384"] = {"ours": asdict(ours), "itwinai": theirs and asdict(theirs)}
 
 
+def report_vs_floor(db: Path, title: str, artifacts: bool) -> dict[str, Measure]:
+    """The report without plots, with the columnar reader and without, and the floor."""
+    cmd = [*REPORT, "bench", "--tracking-uri", uri_of(db), "-q", "--no-plots"]
+    got = {
+        "ours": best_of(cmd),
+        "plain": best_of(cmd, env={COLUMNAR: "0"}),
+        "floor": floor(db, "bench", artifacts=artifacts),
+    }
+    ours, plain, base = got["ours"], got["plain"], got["floor"]
+    print(title)
+    line("itwin-report", f"{ours.cpu_s:6.2f} s CPU, {gib(ours)} GiB peak")
+    line("itwin-report, columnar reader off", f"{plain.cpu_s:6.2f} s CPU, {gib(plain)} GiB peak")
+    what = "read_sql per table + artifacts" if artifacts else "one pd.read_sql per table"
+    line(f"floor: {what}", f"{base.cpu_s:6.2f} s CPU, {gib(base)} GiB peak")
+    line("ratio CPU, columnar reader off / floor", f"{plain.cpu_s / base.cpu_s:6.2f}")
+    return got
+
+
 def bench_10k(results: dict[str, object]) -> None:
     db = OUT / "runs10k.db"
     if not db.exists():  # 500 jobs x 20 ranks x 200 samples x 2 keys = 4,000,000 points
         write_layout(db, jobs=500, ranks=20, samples=200, epochs=10)
-    cmd = [*REPORT, "bench", "--tracking-uri", uri_of(db), "-q", "--no-plots"]
-    ours = best_of(cmd)
-    plain = best_of(cmd, env={COLUMNAR: "0"})
-    base = floor(db, "bench", artifacts=False)
-    print("2. 10,000 worker runs, 4 M points, no plots")
-    line("itwin-report", f"{ours.cpu_s:6.2f} s CPU, {ours.peak_mib / 1024:5.2f} GiB peak")
-    line("itwin-report, columnar reader off", f"{plain.cpu_s:6.2f} s CPU, {gib(plain)} GiB peak")
-    line("floor: one pd.read_sql per table", f"{base.cpu_s:6.2f} s CPU, {gib(base)} GiB peak")
+    got = report_vs_floor(db, "2. 10,000 worker runs, 4 M points, no plots", artifacts=False)
+    ours, base = got["ours"], got["floor"]
     line("ratio CPU report / floor (goal <= 10 s and < 1)", f"{ours.cpu_s / base.cpu_s:6.2f}")
-    line("ratio CPU, columnar reader off / floor", f"{plain.cpu_s / base.cpu_s:6.2f}")
     line("ratio memory report / floor (goal <= 1.2 GiB)", f"{ours.peak_mib / base.peak_mib:6.2f}")
-    results["runs_10k"] = {"ours": asdict(ours), "plain": asdict(plain), "floor": asdict(base)}
+    results["runs_10k"] = {name: asdict(m) for name, m in got.items()}
 
 
 def bench_emulator_layout(results: dict[str, object]) -> None:
@@ -176,21 +187,10 @@ def bench_emulator_layout(results: dict[str, object]) -> None:
         db.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, db)
         clone_runs(db, 24)
-    cmd = [*REPORT, "bench", "--tracking-uri", uri_of(db), "-q", "--no-plots"]
-    ours = best_of(cmd)
-    plain = best_of(cmd, env={COLUMNAR: "0"})
-    base = floor(db, "bench", artifacts=True)
-    print("3. emulator layout (Rate, profiles, performance.json on every worker), 9,216 workers")
-    line("itwin-report", f"{ours.cpu_s:6.2f} s CPU, {ours.peak_mib / 1024:5.2f} GiB peak")
-    line("itwin-report, columnar reader off", f"{plain.cpu_s:6.2f} s CPU, {gib(plain)} GiB peak")
-    line("floor: read_sql per table + artifacts", f"{base.cpu_s:6.2f} s CPU")
-    line("ratio CPU report / floor (goal <= 1.5)", f"{ours.cpu_s / base.cpu_s:6.2f}")
-    line("ratio CPU, columnar reader off / floor", f"{plain.cpu_s / base.cpu_s:6.2f}")
-    results["emulator_layout_9216"] = {
-        "ours": asdict(ours),
-        "plain": asdict(plain),
-        "floor": asdict(base),
-    }
+    title = "3. emulator layout (Rate, profiles, performance.json on every worker), 9,216 workers"
+    got = report_vs_floor(db, title, artifacts=True)
+    line("ratio CPU report / floor (goal <= 1.5)", f"{got['ours'].cpu_s / got['floor'].cpu_s:6.2f}")
+    results["emulator_layout_9216"] = {name: asdict(m) for name, m in got.items()}
 
 
 def bench_emulate(results: dict[str, object]) -> None:

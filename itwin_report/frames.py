@@ -87,10 +87,7 @@ def last_of_each(frame: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
     same = np.ones(len(frame) - 1, dtype=bool)
     for name in columns:
         column = frame[name]
-        if pd.api.types.is_numeric_dtype(column.dtype):
-            values = column.to_numpy()
-        else:
-            values, _ = pd.factorize(column)
+        values = column.to_numpy() if _numeric(column) else pd.factorize(column)[0]
         same &= values[:-1] == values[1:]
     repeated[:-1] = same
     return repeated

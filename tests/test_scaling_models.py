@@ -72,6 +72,11 @@ def test_refuses_with_too_few_counts_or_a_poor_fit() -> None:
     assert two.chosen is None and "at least 3" in two.why
     zigzag = fit_strategy("b", np.array([4.0, 8.0, 16.0, 32.0]), np.array([10.0, 4.0, 9.0, 3.0]))
     assert zigzag.chosen is None and "too poor to extrapolate" in zigzag.why
+    # a close fit that still mispredicts a left-out count: only what it misses is named
+    close = fit_strategy(
+        "c", np.array([4.0, 8.0, 16.0, 32.0]), np.array([31.81, 17.86, 11.34, 10.09])
+    )
+    assert close.chosen is None and "leave-one-out error" in close.why and "R²" not in close.why
     rows, notes = predict([two, zigzag], [64])
     assert rows.empty
     assert notes == [f"no prediction for a: {two.why}", f"no prediction for b: {zigzag.why}"]

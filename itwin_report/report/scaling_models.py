@@ -211,12 +211,13 @@ def fit_strategy(strategy: str, workers: np.ndarray, times: np.ndarray) -> Strat
     usl = fits.get("usl")
     if usl is not None and usl.loo_error < PARSIMONY * best.loo_error:
         best = usl
-    if not best.r2 >= MIN_R2 or best.loo_error > MAX_LOO:
-        why = (
-            f"best fit ({best.model}) is too poor to extrapolate: R² {best.r2:.2f} "
-            f"(needs >= {MIN_R2}), leave-one-out error {best.loo_error:.0%} "
-            f"(needs <= {MAX_LOO:.0%})"
-        )
+    failed = []  # only the criteria the fit misses
+    if not best.r2 >= MIN_R2:
+        failed.append(f"R² {best.r2:.2f} (needs >= {MIN_R2})")
+    if not best.loo_error <= MAX_LOO:
+        failed.append(f"leave-one-out error {best.loo_error:.0%} (needs <= {MAX_LOO:.0%})")
+    if failed:
+        why = f"best fit ({best.model}) is too poor to extrapolate: {', '.join(failed)}"
         return StrategyModels(strategy, p, t, fits, None, why)
     return StrategyModels(strategy, p, t, fits, best.model, "")
 
