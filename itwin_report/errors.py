@@ -2,7 +2,8 @@
 
 Exit codes: 0 success, 1 user error or unreachable store (:class:`ReportError`),
 2 bad usage (Click's own), 3 the efficiency gate failed (:class:`GateFailed`), 4 ``compare``
-found a regression (:class:`RegressionFound`), 130 interrupted by SIGINT (Ctrl-C), 143
+found a regression (:class:`RegressionFound`) or CURRENT lacks a configuration of BASELINE, 5
+nothing to report: no usable run, epoch or configuration was measured (:class:`NothingMeasured`), 130 interrupted by SIGINT (Ctrl-C), 143
 terminated by SIGTERM (:class:`Interrupted`).
 """
 
@@ -13,6 +14,7 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_GATE = 3
 EXIT_REGRESSION = 4
+EXIT_EMPTY = 5
 EXIT_SIGINT = 130
 EXIT_SIGNAL_BASE = 128  # interrupted: 128 + the signal's number (130 SIGINT, 143 SIGTERM)
 
@@ -41,6 +43,12 @@ class RegressionFound(ReportError):
     """``compare`` found a change for the worse beyond the threshold and beyond noise."""
 
     exit_code = EXIT_REGRESSION
+
+
+class NothingMeasured(ReportError):
+    """The report would be empty: no usable runs, every run failed, every epoch in the warm-up."""
+
+    exit_code = EXIT_EMPTY
 
 
 class Interrupted(BaseException):
