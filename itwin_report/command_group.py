@@ -1,7 +1,8 @@
 """The command group: the one place the project's errors become one-line messages and exit codes.
 
 Every message is masked and kept to one line; usage errors exit 2, a signal unwinds the stack
-(130 for SIGINT, 143 for SIGTERM) so no temporary file is left. Light module: click only.
+(130 for SIGINT, 143 for SIGTERM) so no temporary file is left; a SIGINT before the command
+runs ends the process at once (:mod:`itwin_report.interrupt`). Light module: click only.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from typing import Any
 import click
 
 from itwin_report.errors import EXIT_ERROR, EXIT_SIGINT, Interrupted, ReportError
+from itwin_report.interrupt import sigint_exits_at_once, sigint_unwinds
 from itwin_report.masking import mask_text
 
 DEBUG_ENV = "ITWIN_REPORT_DEBUG"
@@ -70,7 +72,15 @@ def _usage_failure(exc: click.UsageError, ctx: click.Context) -> Failure:
 
 
 class ReportGroup(click.Group):
-    """Turns the project's exceptions into one-line masked errors with documented exit codes."""
+    """Turns the project's exceptions into one-line masked errors with documented exit codes.
+
+    Ctrl-C before the command runs (while parsing, or while still importing) exits 130 at once
+    with the same one line: nothing needs cleaning up yet.
+    """
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        with sigint_exits_at_once():
+            return super().main(*args, **kwargs)
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
         try:
@@ -82,7 +92,7 @@ class ReportGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            with _sigterm_unwinds():
+            with _sigterm_unwinds(), sigint_unwinds():
                 return super().invoke(ctx)
         except ReportError as exc:
             raise Failure(str(exc), exc.exit_code) from None

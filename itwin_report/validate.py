@@ -35,6 +35,7 @@ performance.json           total_samples 0 .. 1e15, total_time > 0 and <= 1e9, r
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -108,6 +109,102 @@ PERFORMANCE_OPTIONAL: dict[str, Range] = {
 }
 
 
+# metric steps and timestamps travel as float64 through the SQLite readers: only integers within
+# +-2**53 survive that exactly, and none of a real run's lies beyond
+MAX_EXACT_INTEGER = float(2**53)
+POINT_INTEGER = Range(-MAX_EXACT_INTEGER, MAX_EXACT_INTEGER)
+
+STRATEGY, WORLD_SIZE, RANK = "strategy", "global_world_size", "global_rank"
+WORKER_PARAMS_CHECKED = (STRATEGY, WORLD_SIZE, RANK)
+
+
+@dataclass
+class WorkerParams:
+    """Parsed worker params: what is wrong with each row ("" when nothing), and the integers.
+
+    ``workers`` and ``rank`` hold 0 where the row has a problem, so they always fit int64.
+    """
+
+    problems: pd.Series
+    strategy: pd.Series
+    workers: pd.Series
+    rank: pd.Series
+
+
+def _integers(values: pd.Series) -> pd.Series:
+    """Numbers parsed from numbers or text like "4", "4.0" and "inf" (as floats).
+
+    NaN where the value is no number or has a fraction; an infinity (or a number too large
+    for a float) is kept, for the range check to refuse.
+    """
+    if values.dtype == object or pd.api.types.is_string_dtype(values.dtype):
+        values = values.astype(object).map(lambda v: v.strip() if isinstance(v, str) else v)
+    numbers = pd.to_numeric(values, errors="coerce").astype("float64")
+    x = numbers.to_numpy()
+    with np.errstate(invalid="ignore"):
+        whole = ~np.isfinite(x) | (np.floor(np.where(np.isfinite(x), x, 0.0)) == x)
+    return numbers.where(whole)
+
+
+def check_worker_params(
+    frame: pd.DataFrame, names: Mapping[str, str] | None = None
+) -> WorkerParams:
+    """The one rule for a worker's strategy, world size and rank.
+
+    ``frame`` has columns ``strategy``, ``global_world_size`` and ``global_rank`` (text as
+    logged, or numbers); ``names`` maps those to the param names in the store (for
+    ``--workers-param``), so each problem names the param the user logged. Valid: a strategy
+    that is not blank, a world size that is an integer in 1 .. :data:`MAX_WORKERS`, and a rank
+    that is an integer in 0 .. world size - 1.
+    """
+    shown = {c: (names or {}).get(c, c) for c in WORKER_PARAMS_CHECKED}
+    strategy = frame[STRATEGY].astype(object)
+    given = {c: frame[c].notna() for c in WORKER_PARAMS_CHECKED}
+    blank = given[STRATEGY] & (strategy.map(lambda v: str(v).strip()) == "")
+    size = _integers(frame[WORLD_SIZE])
+    rank = _integers(frame[RANK])
+    size_ok = size.between(1, MAX_WORKERS)
+    checks = [
+        (~given[STRATEGY], f"no {shown[STRATEGY]} param"),
+        (blank, f"{shown[STRATEGY]} is blank"),
+        (~given[WORLD_SIZE], f"no {shown[WORLD_SIZE]} param"),
+        (given[WORLD_SIZE] & size.isna(), f"{shown[WORLD_SIZE]} is not an integer"),
+        (
+            size.notna() & ~size_ok,
+            f"{shown[WORLD_SIZE]} is outside 1..{MAX_WORKERS:,}",
+        ),
+        (~given[RANK], f"no {shown[RANK]} param"),
+        (given[RANK] & rank.isna(), f"{shown[RANK]} is not an integer"),
+        (
+            rank.notna() & size_ok & ((rank < 0) | (rank >= size)),
+            f"{shown[RANK]} is outside 0..{shown[WORLD_SIZE]}-1",
+        ),
+    ]
+    problems = pd.Series("", index=frame.index, dtype=object)
+    for mask, text in checks:
+        hit = mask.fillna(False).to_numpy(dtype=bool)
+        problems[hit] = [f"{prev}; {text}" if prev else text for prev in problems[hit]]
+    good = (problems == "").to_numpy()
+    return WorkerParams(
+        problems=problems,
+        strategy=strategy.where(good, ""),
+        workers=size.where(good, 0).fillna(0).astype("int64"),
+        rank=rank.where(good, 0).fillna(0).astype("int64"),
+    )
+
+
+def grouped(problems: Mapping[str, Sequence[str]], template: str) -> list[str]:
+    """One warning per kind of problem: ``template`` with ``{n}``, ``{runs}`` and ``{what}``.
+
+    ``problems`` maps each problem's text to the names of the runs that have it.
+    """
+    return [
+        template.format(n=len(runs), runs=named(list(runs)), what=what)
+        for what, runs in sorted(problems.items())
+        if runs
+    ]
+
+
 def named(names: pd.Series | list[str]) -> str:
     """``'a', 'b', 'c' and 2 more`` for the distinct names, sorted."""
     unique = sorted({str(n) for n in names})
@@ -163,16 +260,19 @@ def _valid_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
             f"in run(s) {named(out.loc[changed, 'run_name'])}"
         )
         out["strategy"] = stripped
-    workers = out["workers"].to_numpy(dtype="int64")
-    rank = out["rank"].to_numpy(dtype="int64")
-    good = (workers >= 1) & (workers <= MAX_WORKERS) & (rank >= 0) & (rank < workers)
-    good &= (out["strategy"] != "").to_numpy()
+    checked = check_worker_params(
+        pd.DataFrame(
+            {STRATEGY: out["strategy"], WORLD_SIZE: out["workers"], RANK: out["rank"]},
+            index=out.index,
+        )
+    )
+    good = (checked.problems == "").to_numpy()
     if not good.all():
         bad = out[~good]
-        warnings.append(
-            f"dropped {len(bad)} worker run(s) of {named(bad['run_name'])}: world size outside "
-            f"1..{MAX_WORKERS:,}, rank outside 0..world size-1, or an empty strategy"
-        )
+        by_problem: dict[str, list[str]] = {}
+        for name, text in zip(bad["run_name"], checked.problems[~good], strict=True):
+            by_problem.setdefault(text, []).append(str(name))
+        warnings += grouped(by_problem, "dropped {n} worker run(s) of {runs}: {what}")
         out = out[good]
     for column, valid in RUN_VALUES.items():
         given = out[column].notna()
@@ -211,7 +311,16 @@ def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
         metrics["run_id"][wrong],
     )
     keep &= ~wrong
+    for column in ("step", "timestamp"):
+        wrong = ~POINT_INTEGER.ok(metrics[column])
+        notes.add(
+            int(wrong.sum()),
+            f"dropped {{n}} metric point(s) of {{runs}}: {column} not {POINT_INTEGER}",
+            metrics["run_id"][wrong],
+        )
+        keep &= ~wrong
     out = metrics if keep.all() else metrics[keep]
+    # only after the range checks: a repeated point that is invalid never hides a valid one
     order = sort_rows(out, ["run_id", "key", "step", "timestamp"])
     dup = last_of_each(order, ["run_id", "key", "step"])
     notes.add(

@@ -84,9 +84,10 @@ def test_metrics_values_and_nan(scaling_sqlite: Store) -> None:
     assert list(p["value"]) == [gpu_power(1, s) for s in range(4)] == [210.0, 211.0, 212.0, 213.0]
     ddp8 = ids["jobs"][2][2][0]
     u = m[(m["run_id"] == ddp8) & (m["key"] == "gpu_utilization_percent")]
-    # the NaN point logged later at step 1 replaces that step's sample, then is dropped as invalid
-    assert u["step"].tolist() == [0, 2, 3]
-    assert u["value"].tolist() == [50.0, 52.0, 53.0]
+    # the NaN point logged later at step 1 is dropped as invalid before repeated points are
+    # resolved, so it never hides the valid sample of that step
+    assert u["step"].tolist() == [0, 1, 2, 3]
+    assert u["value"].tolist() == [50.0, 51.0, 52.0, 53.0]
     # metrics of skipped runs are not there
     skipped = {*ids["running"][1:], *ids["deleted"], *ids["bad"]}
     assert not set(m["run_id"]) & skipped
@@ -112,21 +113,19 @@ def test_artifacts(scaling_sqlite: Store) -> None:
 def test_warnings(scaling_sqlite: Store) -> None:
     uri, ids = scaling_sqlite
     warnings = load(uri).warnings
-    b1, b2 = ids["bad"][1][:8], ids["bad"][2][:8]
     ds4 = ids["jobs"][3][2]
     assert warnings == [
-        f"skipped run 'worker_0 (main)' ({b1}) of 'bad-job': global_world_size is not an integer",
-        f"skipped run 'worker_1' ({b2}) of 'bad-job': no global_rank param",
-        "skipped 2 unfinished runs of running-job (status KILLED/RUNNING); "
+        "skipped 1 worker run(s) of 'bad-job': global_world_size is not an integer",
+        "skipped 1 worker run(s) of 'bad-job': no global_rank param",
+        "skipped 2 unfinished runs of 'running-job' (status KILLED/RUNNING); "
         "use --include-unfinished to keep them",
         f"worker run {ds4[0][:8]} (rank 0) of deepspeed-4: malformed performance/performance.json"
         " (Expecting property name enclosed in double quotes: line 1 column 2 (char 1)); ignored",
         f"worker run {ds4[1][:8]} (rank 1) of deepspeed-4: malformed "
         "torch_profiling_averages/torch_profiling_averages.csv (no column name, "
         "self_cuda_time_total); ignored",
-        f"1 metric points repeat a (run, key, step) already logged; the latest of each was kept "
-        f"(runs {ids['jobs'][2][2][0][:8]})",
         "dropped 1 gpu_utilization_percent point(s) of 'ddp-8': not >= 0 and <= 100 (1 NaN)",
+        # ddp-8's NaN repeats step 1: once it is dropped, no point repeats another
     ]
 
 
@@ -251,7 +250,7 @@ def test_flat_run_without_params_is_warned(tmp_path: Path) -> None:
     w.end_run(run, 1)
     data = load_experiment(uri, "x", show_progress=False)
     assert data.warnings == [
-        f"skipped run 'plain' ({run[:8]}): no strategy/global_world_size/global_rank params"
+        "skipped 1 run(s) of 'plain': no strategy/global_world_size/global_rank params"
     ]
 
 

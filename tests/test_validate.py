@@ -125,12 +125,14 @@ def test_each_kind_of_dropped_data_is_one_warning_naming_the_runs(hostile: str) 
         return found[0]
 
     assert "'ddp-2'" in one("strategy names with surrounding whitespace")
-    assert "'huge'" in one("dropped 1 worker run(s)")
+    assert one("worker run(s) of 'huge'") == (
+        "skipped 1 worker run(s) of 'huge': global_world_size is outside 1..1,000,000"
+    )
     epoch = one("epoch_time_s point(s)")
     assert epoch.startswith("dropped 4 epoch_time_s") and "'ddp-2', 'ddp-2b'" in epoch
     assert one("gpu_power_W point(s)").startswith("dropped 2 gpu_power_W point(s) of 'nd-1'")
     assert "'nd-1'" in one("gpu_utilization_percent point(s)")
-    assert "1 metric points repeat a (run, key, step)" in one("repeat a (run, key, step)")
+    assert one("duplicated point(s)").startswith("dropped 1 duplicated point(s) of 'nd-1'")
     assert "'nd-1'" in one("ignored probing_interval")
     assert "'ddp-4'" in one("profiler row(s)")
     assert "Infinity is not a number" in one("malformed performance/performance.json")
@@ -188,8 +190,13 @@ def test_validate_ranges_on_hand_built_data() -> None:
     assert list(out.profiles["name"]) == ["aten::mm"]
     assert len(out.performance) == 1 and math.isnan(out.performance["est_samples_per_sec"][0])
     assert not any("est_samples_per_sec" in w for w in out.warnings)  # 0 means "unset"
-    # stripped strategy, 2 runs, interval, samples/epoch, utilization, rate, loss, profiler, perf
-    assert len(out.warnings) == 9, out.warnings
+    # stripped strategy, 2 runs (one warning per problem), interval, samples/epoch,
+    # utilization, rate, loss, profiler, perf
+    assert len(out.warnings) == 10, out.warnings
+    assert "dropped 1 worker run(s) of 'ddp-2': global_rank is outside 0..global_world_size-1" in (
+        out.warnings
+    )
+    assert "dropped 1 worker run(s) of '  -2': strategy is blank" in out.warnings
     assert data.runs.shape[0] == 3  # the input is not changed
 
 

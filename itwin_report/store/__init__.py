@@ -62,28 +62,46 @@ def _open_reader(uri: str) -> Any:
     return open_sql_reader(uri)
 
 
-def check_outputs(uri: str, outputs: Mapping[str, Path | None]) -> str | None:
-    """A one-line message when an output path (``{option: path}``) lies in the store, else None.
+def check_outputs(
+    uri: str,
+    outputs: Mapping[str, Path | None],
+    inputs: Sequence[Path] = (),
+    extra: Sequence[Path] = (),
+) -> str | None:
+    """A one-line message when an output path (``{option: path}``) would write into the store or
+    over one of ``inputs``, else None. Every command checks its outputs here, before it writes.
 
-    Guarded: the sqlite file (and its ``-wal``/``-shm``/``-journal``), the file-store directory,
-    and the local artifact roots of a sqlite or file store's experiments.
+    Guarded: the sqlite file and its side files (:data:`~itwin_report.store.uri.sqlite_files`),
+    the file-store directory, the local artifact roots of a sqlite or file store's experiments,
+    and ``extra`` (artifact roots a command is about to create). A URI the loader would refuse
+    guards nothing here: the load reports it.
     """
     given = {option: path for option, path in outputs.items() if path is not None}
     if not given:
         return None
-    protected = store_paths(uri)
-    if store_kind(uri) in (SQLITE, FILE):
-        try:
-            reader = _open_reader(uri)
-        except ReportError:
-            reader = None  # the load reports it
-        if reader is not None:
-            try:
-                roots = reader.artifact_roots()
-            finally:
-                reader.close()
-            protected += [p for p in map(local_artifact_dir, roots) if p is not None]
-    return output_conflict(given, protected)
+    try:
+        protected = [*store_paths(uri), *extra]
+        kind = store_kind(uri)
+    except ReportError:
+        return output_conflict(given, list(extra), inputs)
+    if kind in (SQLITE, FILE):
+        protected += _local_artifact_roots(uri)
+    return output_conflict(given, protected, inputs)
+
+
+def _local_artifact_roots(uri: str) -> list[Path]:
+    """The local artifact folders of a sqlite or file store's experiments (none if unreadable)."""
+    try:
+        reader = _open_reader(uri)
+    except ReportError:
+        return []  # the load reports it
+    try:
+        roots = reader.artifact_roots()
+    except ReportError:
+        return []
+    finally:
+        reader.close()
+    return [p for p in map(local_artifact_dir, roots) if p is not None]
 
 
 def load_experiment(
@@ -140,7 +158,9 @@ def _load(
     name = next(n for i, n, _ in experiments if i == exp_id)
     runs, params = reader.runs(exp_id, list(dict.fromkeys(names_in_store.values())))
     params = _canonical_params(params, names_in_store)
-    selection = select_workers(runs, params, run_names, include_unfinished, name)
+    selection = select_workers(
+        runs, params, run_names, include_unfinished, name, names=names_in_store
+    )
     workers = selection.workers
     ids = list(workers["run_id"])
     with progress("Loading metrics", len(ids) * len(METRIC_KEYS), show_progress) as advance:

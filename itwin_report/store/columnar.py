@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ import numpy as np
 
 ENV = "ITWIN_REPORT_COLUMNAR"
 OFF = {"0", "false", "no", "off"}
+CANCEL_WAIT_S = 2.0  # how long an interrupted query may take to stop before the report exits
 
 
 def enabled() -> bool:
@@ -39,20 +41,56 @@ def fetch_numeric(
 
     ``url`` is a SQLite URI filename (``file:...?mode=ro``); ``setup`` holds statements run
     first on the same connection, each with its parameter rows (a TEMP table to join on).
-    None means "read it with sqlite3": no driver, switched off, or the driver failed.
+    None means "read it with sqlite3": no driver, switched off, or the driver refused the
+    query. Ctrl-C (or SIGTERM) is never such a refusal: the query runs in a thread of its own,
+    so that the driver never takes over SIGINT, and the signal's exception reaches the caller
+    after the query is cancelled.
     """
     if not enabled():
         return None
     try:
         import adbc_driver_sqlite.dbapi as adbc
-        import pyarrow as pa
-        import pyarrow.compute as pc
+        import pyarrow  # noqa: F401
     except ImportError:
         return None
+    handles: dict[str, Any] = {}
+    outcome: dict[str, Any] = {}
+
+    def work() -> None:
+        outcome["table"] = _read(adbc, url, setup, sql, params, handles)
+
+    thread = threading.Thread(target=work, name="itwin-report-columnar", daemon=True)
+    thread.start()
+    try:
+        thread.join()
+    except BaseException:  # KeyboardInterrupt or SIGTERM's Interrupted: stop the query
+        conn = handles.get("conn")
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.adbc_cancel()
+        thread.join(CANCEL_WAIT_S)
+        raise
+    table: np.ndarray | None = outcome.get("table")
+    return table
+
+
+def _read(
+    adbc: Any,
+    url: str,
+    setup: Sequence[tuple[str, Sequence[Sequence[Any]]]],
+    sql: str,
+    params: Sequence[Any],
+    handles: dict[str, Any],
+) -> np.ndarray | None:
+    """The query's rows as a float64 array, None when the driver refuses it (in a thread)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     try:
         conn = adbc.connect(url)
     except Exception:
         return None
+    handles["conn"] = conn
     cursor = None
     try:
         cursor = conn.cursor()
@@ -71,9 +109,14 @@ def fetch_numeric(
     kinds = (pa.types.is_integer, pa.types.is_floating, pa.types.is_null)
     if not all(any(kind(t) for kind in kinds) for t in table.schema.types):
         return None  # text, say: sqlite3 reads it, with its own checks
-    columns = [pc.cast(table.column(i), pa.float64()).to_numpy() for i in range(table.num_columns)]
     if not table.num_rows:
         return np.empty((0, table.num_columns))
+    # unchecked, as sqlite3's rows become floats: an integer beyond 2**53 is rounded (the
+    # loader leaves such steps and timestamps out with a warning) instead of refused
+    columns = [
+        pc.cast(table.column(i), pa.float64(), safe=False).to_numpy()
+        for i in range(table.num_columns)
+    ]
     return np.column_stack(columns)
 
 

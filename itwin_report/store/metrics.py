@@ -1,4 +1,8 @@
-"""The loader's tidy step for metric points: system metrics mapped, duplicates dropped, sorted.
+"""The loader's tidy step for metric points: system metrics mapped, sorted.
+
+Points out of range and repeated (run, key, step) points are dropped where the loaded data is
+validated (:mod:`itwin_report.validate`), in that order, so that an invalid repetition never
+hides a valid point.
 
 MLflow's own system metrics (``mlflow.enable_system_metrics_logging()``) log
 ``system/gpu_<i>_power_usage_watts`` and ``system/gpu_<i>_utilization_percentage`` for every
@@ -15,7 +19,6 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.schema import GPU_POWER, GPU_UTIL, METRIC_COLUMNS, METRIC_KEYS, conform
-from itwin_report.store.tree import listed_names
 
 SYSTEM_KEYS = {"power_usage_watts": GPU_POWER, "utilization_percentage": GPU_UTIL}
 _SYSTEM_PATTERN = r"^system/gpu_(\d+)_(power_usage_watts|utilization_percentage)$"
@@ -52,9 +55,9 @@ def _strings(codes: np.ndarray, categories: pd.Index) -> pd.Series:
 def tidy_metrics(metrics: pd.DataFrame, workers: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """(metrics in the schema's columns, sorted by run, key, step, timestamp, value; warnings).
 
-    System GPU metrics fill in for runs without itwinai's GPU keys; a duplicated
-    (run, key, step) keeps its latest point, with one warning naming the runs. Sorting and
-    de-duplication work on integer codes, never on the strings.
+    System GPU metrics fill in for runs without itwinai's GPU keys. Sorting works on integer
+    codes, never on the strings. Repeated (run, key, step) points are all kept: validation
+    drops the invalid ones first, then keeps the latest of each.
     """
     is_report_key = metrics["key"].isin(list(METRIC_KEYS))
     main = metrics[is_report_key]
@@ -71,17 +74,7 @@ def tidy_metrics(metrics: pd.DataFrame, workers: pd.DataFrame) -> tuple[pd.DataF
     stamp = main["timestamp"].to_numpy(dtype="int64")
     step = main["step"].to_numpy(dtype="int64")
     order = np.lexsort((value, stamp, step, key.codes, run.codes))
-    r, k, s = run.codes[order], key.codes[order], step[order]
-    repeated = np.zeros(len(order), dtype=bool)
-    repeated[:-1] = (r[:-1] == r[1:]) & (k[:-1] == k[1:]) & (s[:-1] == s[1:])
-    warnings = []
-    if repeated.any():
-        runs = [str(run.categories[c])[:8] for c in np.unique(r[repeated])]
-        warnings.append(
-            f"{int(repeated.sum())} metric points repeat a (run, key, step) already logged; "
-            f"the latest of each was kept (runs {listed_names(runs)})"
-        )
-        order = order[~repeated]
+    warnings: list[str] = []
     tidy = pd.DataFrame(
         {
             "run_id": _strings(run.codes[order], run.categories),

@@ -20,6 +20,7 @@ from itwin_report.schema import METRIC_KEYS
 from itwin_report.store.columnar import fetch_numeric
 from itwin_report.store.tree import PARENT_TAG
 from itwin_report.store.uri import mask_uri
+from itwin_report.validate import POINT_INTEGER, named
 
 Query = Callable[[str, dict[str, Any]], pd.DataFrame]
 
@@ -57,6 +58,24 @@ def first_line(exc: BaseException) -> str:
     return mask_text(text.splitlines()[0] if text else type(exc).__name__)
 
 
+class LenientText:
+    """sqlite3's ``text_factory``: UTF-8 text, bytes that are not UTF-8 replaced and counted.
+
+    SQLite stores whatever bytes a writer gave it; sqlite3's own decoding refuses the whole
+    query for one value that is not UTF-8.
+    """
+
+    def __init__(self) -> None:
+        self.replaced = 0
+
+    def __call__(self, data: bytes) -> str:
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            self.replaced += 1
+            return data.decode("utf-8", errors="replace")
+
+
 class SqlReader:
     """Experiments, runs, params and metrics of one MLflow SQL database."""
 
@@ -75,6 +94,9 @@ class SqlReader:
         self.uri = uri
         self.has_is_nan = True
         self.warnings: list[str] = []
+        self._text = LenientText()
+        if sqlite is not None:
+            sqlite.text_factory = self._text
 
     def close(self) -> None:
         """Release the connection."""
@@ -124,7 +146,24 @@ class SqlReader:
         for column in ("parent_id", "name", "artifact_uri", "status"):
             runs[column] = runs[column].fillna("").astype(str)
         runs["has_params"] = runs["run_id"].isin(set(with_params["run_id"]))
+        if self._text.replaced:
+            self._warn_not_utf8(runs, params)
         return runs, params
+
+    def _warn_not_utf8(self, runs: pd.DataFrame, params: pd.DataFrame) -> None:
+        """One warning naming the runs whose name or params were not UTF-8 text."""
+        odd = runs["name"].str.contains("\ufffd", regex=False)
+        ids = set(runs.loc[odd, "run_id"])
+        ids |= set(
+            params.loc[params["value"].astype(str).str.contains("\ufffd", regex=False), "run_id"]
+        )
+        names = runs.set_index("run_id")["name"]
+        shown = [f"{names.get(r, '')} ({str(r)[:8]})" for r in ids]
+        if shown:
+            self.warnings.append(
+                f"text that is not UTF-8 in the name or params of {len(shown)} run(s) "
+                f"({named(shown)}) was read with replacement characters"
+            )
 
     def metrics(self, experiment_id: Any, run_ids: Sequence[str], advance: Advance) -> pd.DataFrame:
         """Points of :data:`METRIC_KEYS` (and MLflow's GPU system metrics) of ``run_ids``.
@@ -246,17 +285,28 @@ class SqlReader:
         return self._drop_bad(frame, bad.to_numpy())
 
     def _drop_bad(self, frame: pd.DataFrame, bad: Any) -> pd.DataFrame:
-        """``frame`` without the rows flagged in ``bad``, with one warning naming their runs."""
+        """``frame`` without the rows flagged in ``bad``, with one warning naming their runs.
+
+        Steps and timestamps arrive as floats here: those beyond
+        :data:`~itwin_report.validate.POINT_INTEGER` are no exact integer, and are left out
+        too (with a warning of their own) before the columns become integers.
+        """
         bad = np.asarray(bad, dtype=bool)
         if bad.any():
-            from itwin_report.store.tree import listed_names
-
             runs = [str(r)[:8] for r in frame.loc[bad, "run_id"]]
             self.warnings.append(
                 f"{int(bad.sum())} metric points whose value, step or timestamp is not a number "
-                f"were left out (runs {listed_names(runs)})"
+                f"were left out (runs {named(runs)})"
             )
             frame = frame[~bad]
+        huge = ~(POINT_INTEGER.ok(frame["step"]) & POINT_INTEGER.ok(frame["timestamp"]))
+        if huge.any():
+            runs = [str(r)[:8] for r in frame.loc[huge, "run_id"]]
+            self.warnings.append(
+                f"{int(huge.sum())} metric points whose step or timestamp is not "
+                f"{POINT_INTEGER} were left out (runs {named(runs)})"
+            )
+            frame = frame[~huge]
         return frame.astype({"step": "int64", "timestamp": "int64"}).reset_index(drop=True)
 
     def _fill_wanted(self, run_ids: Sequence[str]) -> None:

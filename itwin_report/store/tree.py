@@ -12,13 +12,14 @@ leaves out unfinished jobs, returning worker rows in the schema's ``runs`` layou
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from itwin_report.errors import ReportError
 from itwin_report.schema import RUN_COLUMNS, WORKER_PARAMS
+from itwin_report.validate import RANK, STRATEGY, WORLD_SIZE, check_worker_params, grouped, named
 
 PARENT_TAG = "mlflow.parentRunId"
 RAW_RUN_COLUMNS: tuple[str, ...] = (
@@ -81,63 +82,58 @@ def _filter_names(runs: pd.DataFrame, run_names: Sequence[str], experiment: str)
     return runs[runs["run_name"].isin(list(run_names))]
 
 
-def _as_int(values: pd.Series) -> pd.Series:
-    """Integers parsed from strings like "4" or "4.0"; NaN where not an integer."""
-    numbers = pd.to_numeric(values, errors="coerce")
-    return numbers.where(numbers.notna() & (numbers == numbers.round()))
-
-
-def _problems(cands: pd.DataFrame) -> pd.Series:
-    """Per candidate worker, what is wrong with its params ("" when nothing)."""
-    size = _as_int(cands["global_world_size"])
-    rank = _as_int(cands["global_rank"])
-    checks = [
-        (cands["strategy"].isna() | (cands["strategy"].astype(object) == ""), "no strategy param"),
-        (cands["global_world_size"].isna(), "no global_world_size param"),
-        (cands["global_world_size"].notna() & size.isna(), "global_world_size is not an integer"),
-        (size.notna() & (size < 1), "global_world_size is below 1"),
-        (cands["global_rank"].isna(), "no global_rank param"),
-        (cands["global_rank"].notna() & rank.isna(), "global_rank is not an integer"),
-        (rank.notna() & ((rank < 0) | (rank >= size)), "global_rank is outside 0..world size-1"),
-    ]
-    out = pd.Series("", index=cands.index, dtype=object)
-    for mask, text in checks:
-        mask = mask.fillna(False).astype(bool)
-        out[mask] = out[mask].map(lambda prev, t=text: f"{prev}; {t}" if prev else t)
-    return out
-
-
-def _describe(row: pd.Series) -> str:
-    """``'worker_1' (ab12cd34) of 'ddp-4'`` for warnings."""
-    where = "" if row["run_id"] == row["top_id"] else f" of {row['run_name']!r}"
-    return f"run {row['name']!r} ({str(row['run_id'])[:8]}){where}"
-
-
-def _optional_float(frame: pd.DataFrame, column: str, warnings: list[str]) -> pd.Series:
-    """A float param column; unparsable values become NaN with a warning."""
+def _optional_float(
+    frame: pd.DataFrame, column: str, name: str, bad: dict[str, list[str]]
+) -> pd.Series:
+    """A float param column; unparsable values become NaN, their runs noted in ``bad``."""
     values = pd.to_numeric(frame[column], errors="coerce")
-    bad = frame[column].notna() & values.isna()
-    for _, row in frame[bad].iterrows():
-        warnings.append(f"{_describe(row)}: {column} {row[column]!r} is not a number; ignored")
+    wrong = frame[column].notna() & values.isna()
+    if wrong.any():
+        bad.setdefault(f"{name} is not a number; ignored", []).extend(frame.loc[wrong, "run_name"])
     return values.astype("float64")
 
 
 def _split_unfinished(
     workers: pd.DataFrame, statuses: dict[str, str]
 ) -> tuple[pd.DataFrame, list[str]]:
-    """(finished workers, one warning per job that had unfinished workers)."""
+    """(finished workers, one warning naming the jobs that had unfinished workers)."""
     top_status = workers["top_id"].map(statuses)
     done = (workers["status"] == FINISHED) & (top_status == FINISHED)
-    warnings = []
-    for _, group in workers[~done].groupby("job_id", sort=False):
-        bad = set(group["status"]) | set(top_status[group.index])
-        bad.discard(FINISHED)
-        n = len(group)
-        warnings.append(
-            f"skipped {n} unfinished run{'s' if n != 1 else ''} of {group['run_name'].iloc[0]}"
-            f" (status {'/'.join(sorted(bad))}); use --include-unfinished to keep them"
-        )
-    return workers[done], sorted(warnings)
+    if done.all():
+        return workers, []
+    left = workers[~done]
+    bad = (set(left["status"]) | set(top_status[~done])) - {FINISHED}
+    n = len(left)
+    warning = (
+        f"skipped {n} unfinished run{'s' if n != 1 else ''} of {named(list(left['run_name']))}"
+        f" (status {'/'.join(sorted(bad))}); use --include-unfinished to keep them"
+    )
+    return workers[done], [warning]
+
+
+def _same_name_flat_jobs(cands: pd.DataFrame, names: Mapping[str, str]) -> list[str]:
+    """A warning when top-level runs of one name look like the ranks of one job.
+
+    Every rank logging its own top-level run under the job's name makes each rank a job of
+    its own: the name then repeats with the same world size and different ranks.
+    """
+    flat = cands[cands["parent_id"] == ""]
+    if flat.empty:
+        return []
+    groups = flat.groupby(["run_name", "workers"], sort=True)["rank"]
+    suspects = [
+        str(name)
+        for (name, size), ranks in groups
+        if size > 1 and len(ranks) > 1 and ranks.nunique() > 1
+    ]
+    if not suspects:
+        return []
+    rank = names.get(RANK, RANK)
+    return [
+        f"top-level runs named {named(suspects)} log different {rank} values: each rank's "
+        "run is counted as a job of its own; log a job's ranks as child runs of one parent "
+        "run to count them as one job"
+    ]
 
 
 def select_workers(
@@ -146,14 +142,21 @@ def select_workers(
     run_names: Sequence[str] = (),
     include_unfinished: bool = False,
     experiment: str = "",
+    names: Mapping[str, str] | None = None,
 ) -> Selection:
-    """Worker runs, validated and filtered, with warnings for what was left out."""
+    """Worker runs, validated and filtered, with warnings for what was left out.
+
+    ``names`` maps the schema's param names to those logged in the store (``--workers-param``),
+    so that warnings name the params the user logged. Each kind of problem is one warning
+    naming its runs (top-level run names, at most five).
+    """
+    names = {p: (names or {}).get(p, p) for p in WORKER_PARAMS}
     runs = runs.loc[:, list(RAW_RUN_COLUMNS)].copy()
     parent, top = _ancestors(runs)
-    names = dict(zip(runs["run_id"], runs["name"], strict=True))
+    run_name = dict(zip(runs["run_id"], runs["name"], strict=True))
     runs["parent_id"] = runs["run_id"].map(parent)
     runs["top_id"] = runs["run_id"].map(top)
-    runs["run_name"] = runs["top_id"].map(names)
+    runs["run_name"] = runs["top_id"].map(run_name)
     statuses = dict(zip(runs["run_id"], runs["status"], strict=True))
     runs = _filter_names(runs, run_names, experiment)
 
@@ -161,39 +164,45 @@ def select_workers(
         params.drop_duplicates(["run_id", "key"])
         .pivot(index="run_id", columns="key", values="value")
         .reindex(columns=list(WORKER_PARAMS))
+        .astype(object)  # text as logged; an absent param is None, never a float column
     )
     leaves = runs[~runs["run_id"].isin(set(parent.values()))]
     leaves = leaves.merge(wide, left_on="run_id", right_index=True, how="left")
 
     warnings: list[str] = []
-    core = ["strategy", "global_world_size", "global_rank"]
+    core = [STRATEGY, WORLD_SIZE, RANK]
     is_cand = leaves[core].notna().any(axis=1)
     silent = ~is_cand & (leaves["run_id"] == leaves["top_id"]) & ~leaves["has_params"].astype(bool)
-    for _, row in leaves[~is_cand & ~silent].iterrows():
+    no_params = leaves[~is_cand & ~silent]
+    if not no_params.empty:
+        logged = "/".join(names[p] for p in core)
         warnings.append(
-            f"skipped {_describe(row)}: no strategy/global_world_size/global_rank params"
+            f"skipped {len(no_params)} run(s) of {named(list(no_params['run_name']))}: "
+            f"no {logged} params"
         )
     cands = leaves[is_cand].copy()
     # a worker alone in its job (a flat run, a single child) is rank 0 when it logs no rank
     job = cands["parent_id"].where(cands["parent_id"] != "", cands["run_id"])
-    alone = job.map(job.value_counts()) == 1
-    cands.loc[alone & cands["global_rank"].isna(), "global_rank"] = "0"
-    problems = _problems(cands)
-    flagged = problems != ""
-    for (_, row), text in zip(cands[flagged].iterrows(), problems[flagged], strict=True):
-        warnings.append(f"skipped {_describe(row)}: {text}")
-    cands = cands[problems == ""].copy()
+    alone = (job.map(job.value_counts()) == 1) & cands[RANK].isna()
+    cands[RANK] = cands[RANK].where(~alone, "0")
+    checked = check_worker_params(cands, names)
+    flagged = (checked.problems != "").to_numpy()
+    by_problem: dict[str, list[str]] = {}
+    for name, text in zip(cands["run_name"][flagged], checked.problems[flagged], strict=True):
+        by_problem.setdefault(text, []).append(str(name))
+    warnings += grouped(by_problem, "skipped {n} worker run(s) of {runs}: {what}")
+    cands = cands.assign(workers=checked.workers, rank=checked.rank)[~flagged].copy()
 
-    cands["workers"] = _as_int(cands["global_world_size"]).astype("int64")
-    cands["rank"] = _as_int(cands["global_rank"]).astype("int64")
-    cands["probing_interval"] = _optional_float(cands, "probing_interval", warnings)
-    cands["samples_per_epoch"] = _optional_float(cands, "samples_per_epoch", warnings)
-    cands["batch_size"] = _optional_float(cands, "batch_size", warnings)
+    not_numbers: dict[str, list[str]] = {}
+    for column in ("probing_interval", "samples_per_epoch", "batch_size"):
+        cands[column] = _optional_float(cands, column, names[column], not_numbers)
+    warnings += grouped(not_numbers, "{what} in {n} worker run(s) of {runs}")
     cands["job_id"] = cands["parent_id"].where(cands["parent_id"] != "", cands["run_id"])
     warnings.sort()
     if not include_unfinished:
         cands, skipped = _split_unfinished(cands, statuses)
         warnings.extend(skipped)
+    warnings.extend(_same_name_flat_jobs(cands, names))
 
     cands = cands.sort_values(["run_name", "job_id", "rank", "run_id"])
     workers = cands.loc[:, [*RUN_COLUMNS, "artifact_uri"]].reset_index(drop=True)
