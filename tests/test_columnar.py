@@ -134,3 +134,100 @@ def test_odd_values_give_the_same_data_either_way(
     assert used == [driver_used, False]
     _assert_same(columnar, plain)
     assert plain.warnings  # each change is reported
+
+
+# A stand-in for a long query: the driver runs an endless recursive query instead of the
+# points query, so that Ctrl-C surely arrives while the driver is reading.
+SLOW_DRIVER = """
+import os
+import pathlib
+
+import adbc_driver_sqlite.dbapi as dbapi
+
+_connect = dbapi.connect
+_READY = pathlib.Path(os.environ["ITWIN_TEST_READY"])
+_ENDLESS = (
+    "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c) "
+    "SELECT x, x, x, x, x FROM c WHERE x < 0"
+)
+
+
+class _Cursor:
+    def __init__(self, cursor):
+        self._cursor = cursor
+
+    def __getattr__(self, name):
+        return getattr(self._cursor, name)
+
+    def execute(self, sql, params=None):
+        if sql.startswith("SELECT w.idx"):
+            _READY.write_text("reading")
+            return self._cursor.execute(_ENDLESS)
+        return self._cursor.execute(sql, params)
+
+
+class _Connection:
+    def __init__(self, conn):
+        self._conn = conn
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+    def cursor(self):
+        return _Cursor(self._conn.cursor())
+
+
+def connect(*args, **kwargs):
+    return _Connection(_connect(*args, **kwargs))
+
+
+dbapi.connect = connect
+"""
+
+
+@pytest.mark.parametrize(
+    ("sig", "code", "name"), [("SIGINT", 130, "SIGINT"), ("SIGTERM", 143, "SIGTERM")]
+)
+def test_a_signal_during_the_columnar_read_ends_the_report(
+    scaling_sqlite: Store, tmp_path: Path, sig: str, code: int, name: str
+) -> None:
+    """The driver's read is cancelled, never taken for a refusal that sqlite3 reads again."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    shim = tmp_path / "shim"
+    shim.mkdir()
+    (shim / "sitecustomize.py").write_text(SLOW_DRIVER)
+    ready = tmp_path / "ready"
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(shim),
+        "ITWIN_TEST_READY": str(ready),
+        ENV: "1",
+        "MLFLOW_TRACKING_URI": "",
+    }
+    cmd = [
+        sys.executable, "-m", "itwin_report", "generate-scalability-report", "-e", "scaling",
+        "-q", "--tracking-uri", scaling_sqlite[0], "-o", str(out_dir / "report.txt"),
+        "--no-plots",
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.exists(), proc.communicate(timeout=5)
+        time.sleep(0.2)  # well inside the endless query
+        proc.send_signal(getattr(signal, sig))
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (proc.returncode, err, out) == (code, f"Error: interrupted by {name}\n", "")
+    assert list(out_dir.iterdir()) == []  # the report did not run on
