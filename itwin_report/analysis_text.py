@@ -19,7 +19,7 @@ CI_PAIRS = {
     "speedup_ci": ("speedup_ci_low", "speedup_ci_high"),
     "efficiency_ci": ("efficiency_ci_low", "efficiency_ci_high"),
 }
-MODEL_NAMES = {"amdahl": "Amdahl", "usl": "USL"}
+MODEL_NAMES = {"amdahl": "Amdahl", "usl": "USL", "input ceiling": "input ceiling"}
 
 
 def _plain(value: Any) -> Any:
@@ -113,20 +113,34 @@ def model_rows(report: Report) -> tuple[list[str], list[list[str]]]:
 
 
 def prediction_rows(report: Report) -> tuple[list[str], list[list[str]]]:
-    """(headers, rows) of the predictions table."""
-    headers = ["Strategy", "Workers", "Model", "Epoch time", "95 % interval", "Speedup", "Eff."]
+    """(headers, rows) of the predictions table: every strategy and count asked for."""
+    headers = [
+        "Strategy",
+        "Workers",
+        "Model",
+        "Epoch time",
+        "95 % interval",
+        "Speedup",
+        "Eff. (epoch time)",
+        "Base",
+        "Note",
+    ]
     rows = []
     if report.analysis is not None:
         for r in _records(report.analysis.predictions):
+            answered = r["avg_epoch_time_s"] is not None
             rows.append(
                 [
                     str(r["strategy"]),
                     str(r["workers"]),
-                    MODEL_NAMES[r["model"]],
-                    _fmt(r["avg_epoch_time_s"], ".2f") + " s",
-                    interval_text(r["low_s"], r["high_s"], ".2f") + " s",
-                    _fmt(r["speedup"], ".2f") + "x",
+                    MODEL_NAMES.get(r["model"], str(r["model"])) if answered else "none",
+                    _fmt(r["avg_epoch_time_s"], ".2f") + (" s" if answered else ""),
+                    interval_text(r["low_s"], r["high_s"], ".2f")
+                    + (" s" if r["low_s"] is not None else ""),
+                    _fmt(r["speedup"], ".2f") + ("x" if answered else ""),
                     _pct(r["efficiency"]),
+                    f"{r['base_strategy']}-{r['base_workers']}",
+                    str(r["note"] or ""),
                 ]
             )
     return headers, rows
@@ -215,6 +229,6 @@ def analysis_tables(report: Report) -> list[TableParts]:
             if name == "scaling_models":
                 right[1] = right[-1] = False
             if name == "predictions":
-                right[2] = False
+                right[2] = right[-2] = right[-1] = False
             out.append((name, heading, headers, rows, right, ""))
     return out

@@ -69,11 +69,20 @@ class Column:
     right: bool = True
     json_name: str = ""
     description: str = ""
+    estimated_by: str = ""  # a coverage column: below 1, the cell is an estimate shown with ~
 
     @property
     def key(self) -> str:
         """The name used in JSON output."""
         return self.json_name or self.name
+
+    def cell(self, row: dict[str, Any]) -> str:
+        """The formatted value of this column in ``row``, ``~`` marking an estimate."""
+        shown = self.fmt(row.get(self.name))
+        coverage = row.get(self.estimated_by) if self.estimated_by else None
+        if coverage is not None and not is_missing(coverage) and coverage < 1 and shown != MISSING:
+            return "~" + shown
+        return shown
 
     @property
     def is_text(self) -> bool:
@@ -112,9 +121,36 @@ class TableSpec:
 
 def _key_columns() -> tuple[Column, ...]:
     return (
-        Column("strategy", "str", "Strategy", text, right=False, description="Strategy name."),
-        Column("workers", "int64", "Workers", integer, description="GPUs (world size)."),
-        Column("runs", "int64", "Runs", integer, description="Jobs pooled in the row."),
+        Column(
+            "strategy",
+            "str",
+            "Strategy",
+            text,
+            right=False,
+            description="Distributed strategy (DDP, DeepSpeed, Horovod, ...) as the runs log it.",
+        ),
+        Column(
+            "workers",
+            "int64",
+            "Workers",
+            integer,
+            description="Workers (GPUs) of the configuration: the global world size.",
+        ),
+        Column(
+            "runs",
+            "int64",
+            "Runs",
+            integer,
+            description="Jobs of the configuration that contribute data to this table.",
+        ),
+    )
+
+
+def _base_columns() -> tuple[Column, ...]:
+    """The configuration a row's speedup is measured against (CSV and JSON only)."""
+    return (
+        Column("base_strategy", "str", None, text, right=False, description="Base strategy."),
+        Column("base_workers", "float64", None, integer, description="Base worker count."),
     )
 
 
@@ -127,25 +163,42 @@ EPOCH_TIME = TableSpec(
     "No epoch time data found.",
     (
         *_key_columns(),
-        Column("epochs", "int64", "Epochs", integer, description="Epochs after warm-up."),
         Column(
-            "avg_epoch_time_s", "float64", "Avg epoch time", SECONDS, description="Pooled mean."
+            "epochs",
+            "int64",
+            "Epochs",
+            integer,
+            description="Epoch times averaged, after the warm-up epochs, pooled over the runs.",
+        ),
+        Column(
+            "avg_epoch_time_s",
+            "float64",
+            "Avg epoch time",
+            SECONDS,
+            description="Mean epoch time over those epochs.",
         ),
         Column(
             "std_epoch_time_s",
             "float64",
             "Std between runs",
             SECONDS,
-            description="Standard deviation of the per-run means.",
+            description="Sample standard deviation of the per-run mean epoch times (two runs+).",
         ),
-        Column("speedup", "float64", "Speedup", SPEEDUP, description="t(base) / t(workers)."),
+        Column(
+            "speedup",
+            "float64",
+            "Speedup",
+            SPEEDUP,
+            description="Epoch-time speedup: t(base) / t(workers).",
+        ),
         Column(
             "efficiency",
             "float64",
-            "Efficiency",
+            "Efficiency (epoch time)",
             percent_of_fraction,
-            description="speedup * base workers / workers.",
+            description="Epoch-time efficiency: speedup * base workers / workers.",
         ),
+        *_base_columns(),
         *(
             Column(name, "float64", None, number(".3f"), description="95 % interval bound.")
             for name in (
@@ -169,28 +222,39 @@ GPU = TableSpec(
             "float64",
             "Energy per run",
             number(".1f", " Wh"),
-            description="Energy of one run, all its GPUs, averaged over runs.",
+            description="Energy of one run, all its GPUs (~: scaled from the GPUs measured), "
+            "averaged over runs.",
+            estimated_by="energy_coverage",
         ),
         Column(
             "energy_wh_per_epoch",
             "float64",
-            "Energy per epoch",
+            "Energy per epoch (all epochs)",
             number(".2f", " Wh"),
-            description="Each run's energy over its epochs, averaged over runs.",
+            description="Each run's energy over all its epochs (warm-up included), averaged "
+            "over runs.",
+            estimated_by="energy_coverage",
+        ),
+        Column(
+            "energy_coverage",
+            "float64",
+            None,
+            number(".3f"),
+            description="GPUs that logged metrics / GPUs of the job, averaged over runs.",
         ),
         Column(
             "utilization_pct",
             "float64",
             "Utilization",
             number(".1f", " %"),
-            description="Mean GPU utilization samples (0..100).",
+            description="Mean GPU utilization (share of time a kernel ran) over all samples.",
         ),
         Column(
             "avg_power_w",
             "float64",
             "Avg power per GPU",
             number(".1f", " W"),
-            description="Mean GPU power samples.",
+            description="Mean power of one GPU over all samples.",
         ),
     ),
 )
@@ -206,14 +270,21 @@ COMPUTATION = TableSpec(
             "float64",
             "Computation",
             percent_of_fraction,
-            description="Share of device time in ATen/autograd ops (0..1).",
+            description="Share of profiled GPU time in compute kernels (aten::, c10::, ...).",
         ),
         Column(
             "communication_fraction",
             "float64",
             "Communication",
             percent_of_fraction,
-            description="Share of device time in collectives (0..1).",
+            description="Share of profiled GPU time in collectives (NCCL, all-reduce, ...).",
+        ),
+        Column(
+            "other_fraction",
+            "float64",
+            "Other",
+            percent_of_fraction,
+            description="The rest of the profiled GPU time: 1 - computation - communication.",
         ),
     ),
 )
@@ -224,23 +295,49 @@ THROUGHPUT = TableSpec(
     "No throughput data found.",
     (
         *_key_columns(),
-        Column("samples_per_sec", "float64", "Samples/s", number(".1f"), description="Job rate."),
-        Column("samples_per_sec_per_gpu", "float64", "Per GPU", number(".1f")),
-        Column("speedup", "float64", "Speedup", SPEEDUP, description="r(workers) / r(base)."),
-        Column("efficiency", "float64", "Efficiency", percent_of_fraction),
+        Column(
+            "samples_per_sec",
+            "float64",
+            "Samples/s",
+            number(".1f"),
+            description="Samples per second of the whole job, averaged over runs.",
+        ),
+        Column(
+            "samples_per_sec_per_gpu",
+            "float64",
+            "Per GPU",
+            number(".1f"),
+            description="Samples per second / workers.",
+        ),
+        Column(
+            "speedup",
+            "float64",
+            "Speedup",
+            SPEEDUP,
+            description="Throughput speedup: r(workers) / r(base).",
+        ),
+        Column(
+            "efficiency",
+            "float64",
+            "Efficiency (throughput)",
+            percent_of_fraction,
+            description="End-to-end throughput efficiency: speedup * base workers / workers "
+            "(pays for set-up, validation and checkpoints, which epoch times leave out).",
+        ),
+        *_base_columns(),
         Column(
             "est_samples_per_sec",
             "float64",
             "Estimate",
             number(".1f"),
-            description="est_samples_per_sec of performance.json.",
+            description="The trainer's own estimate of samples per second (performance.json).",
         ),
         Column(
             "achieved_fraction",
             "float64",
             "Achieved",
             percent_of_fraction,
-            description="Samples/s over the estimate.",
+            description="Samples per second / estimate.",
         ),
         Column(
             "input_bound",
@@ -251,7 +348,12 @@ THROUGHPUT = TableSpec(
             description="The input-bottleneck verdict (None: undecided).",
         ),
         Column(
-            "source", "str", "Source", text, right=False, description="Where samples/s come from."
+            "source",
+            "str",
+            "Source",
+            text,
+            right=False,
+            description="Where throughput comes from: performance.json, rate metrics, epoch time.",
         ),
         Column(
             "evidence",

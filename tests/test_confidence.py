@@ -92,10 +92,36 @@ def test_welch_test_by_hand_and_noise() -> None:
     assert welch_test([5.0], [6.0, 7.0])[2]  # no noise estimate: the threshold alone decides
 
 
-def _table(rows: list[tuple[str, int, float, float, float]]) -> pd.DataFrame:
-    return pd.DataFrame(
+def _table(
+    rows: list[tuple[str, int, float, float, float]], base: tuple[str, int] = ("ddp", 4)
+) -> pd.DataFrame:
+    frame = pd.DataFrame(
         rows, columns=["strategy", "workers", "avg_epoch_time_s", "speedup", "efficiency"]
     )
+    frame["base_strategy"], frame["base_workers"] = base[0], float(base[1])
+    return frame
+
+
+def test_add_intervals_against_another_strategys_single_gpu_runs() -> None:
+    """The base's runs come from the base configuration, whatever its strategy."""
+    runs = pd.DataFrame(
+        {
+            "strategy": ["non-distributed"] * 2 + ["ddp"] * 2,
+            "workers": [1, 1, 4, 4],
+            "job_id": list("abcd"),
+            "avg_epoch_time_s": [39.0, 41.0, 9.0, 11.0],
+        }
+    )
+    table = _table(
+        [("ddp", 4, 10.0, 4.0, 1.0), ("non-distributed", 1, 40.0, 1.0, 1.0)],
+        base=("non-distributed", 1),
+    )
+    out = add_intervals(table, runs)
+    r, low, high = ratio_interval([39.0, 41.0], [9.0, 11.0])
+    assert r == pytest.approx(4.0)
+    assert out.loc[0, ["speedup_ci_low", "speedup_ci_high"]].tolist() == pytest.approx([low, high])
+    assert out.loc[0, "efficiency_ci_low"] == pytest.approx(low / 4)
+    assert out.loc[1, ["speedup_ci_low", "speedup_ci_high"]].tolist() == [1.0, 1.0]
 
 
 def test_add_intervals_columns() -> None:

@@ -90,8 +90,8 @@ def test_loader_warnings_come_first_and_empty_tables_have_columns() -> None:
     assert report.epoch_time.empty
     assert list(report.epoch_time.columns) == [
         "strategy", "workers", "runs", "epochs", "avg_epoch_time_s",
-        "std_epoch_time_s", "speedup", "efficiency", "speedup_ci_low", "speedup_ci_high",
-        "efficiency_ci_low", "efficiency_ci_high",
+        "std_epoch_time_s", "speedup", "efficiency", "base_strategy", "base_workers",
+        "speedup_ci_low", "speedup_ci_high", "efficiency_ci_low", "efficiency_ci_high",
     ]  # fmt: skip
     assert report.throughput.empty and "evidence" in report.throughput.columns
     for kind in ("epoch times", "GPU data", "profiler data"):

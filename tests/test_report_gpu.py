@@ -7,6 +7,8 @@ import math
 import pytest
 from test_report_builders import NAN, make_data, metric, run
 
+from itwin_report import tables
+from itwin_report.render.layout import table_block
 from itwin_report.report import build_report
 
 P, U, E = "gpu_power_W", "gpu_utilization_percent", "epoch_time_s"
@@ -43,18 +45,23 @@ def test_energy_is_mean_over_runs_not_sum() -> None:
 
 def test_missing_interval_uses_step_spacing_and_partial_coverage_warns() -> None:
     # no probing_interval; steps 0, 2, 4, ... (median spacing 2 s); 18 samples of 100 W
-    # -> 18 * 100 * 2 / 3600 = 1 Wh; one rank of 4 GPUs -> warning
+    # -> 18 * 100 * 2 / 3600 = 1 Wh measured on one rank of 4 GPUs: 4 Wh estimated, coverage 1/4
     data = make_data(
         [run("a0", "A", "ddp", 4, probing_interval=NAN)],
         metric("a0", P, [100] * 18, steps=range(0, 36, 2)),
     )
     report = build_report(data)
     row = report.gpu.iloc[0]
-    assert row["energy_wh"] == pytest.approx(1.0)
+    assert row["energy_wh"] == pytest.approx(4.0)
+    assert row["energy_coverage"] == pytest.approx(0.25)
     assert math.isnan(row["energy_wh_per_epoch"])  # no epoch data
     assert math.isnan(row["utilization_pct"])
     assert any("no probing_interval" in w and "2 s" in w for w in report.warnings)
-    assert any("energy covers 1 of 4 GPUs" in w for w in report.warnings)
+    assert any(
+        "GPU energy of 1 configuration(s) is estimated (ddp with 4 workers)" in w
+        for w in report.warnings
+    )
+    assert table_block(report, tables.GPU).rows[0][3] == "~4.0 Wh"
 
 
 def test_nominal_interval_is_used_when_present() -> None:

@@ -112,8 +112,13 @@ def test_weak_scaling_through_the_command(tmp_path: Path) -> None:
     assert forced["scaling"] == "strong"
     assert forced["epoch_time"][1]["speedup"] == pytest.approx(times[4] / times[8])
     # epoch times that grow with the workers: Amdahl is a poor fit; the refusal says why
-    assert forced["predictions"] == []
-    assert forced["prediction_notes"][0].startswith("no prediction for torch-ddp: ")
+    [refusal] = forced["predictions"]
+    assert (refusal["strategy"], refusal["workers"], refusal["avg_epoch_time_s"]) == (
+        "torch-ddp",
+        64,
+        None,
+    )
+    assert refusal["note"].startswith("no scaling model: best fit (amdahl) is too poor")
 
 
 def test_predict_option_validation() -> None:

@@ -20,7 +20,7 @@ from itwin_report.report.scaling_models import (
     fit_all,
     fit_strategy,
     karp_flatt,
-    karp_flatt_rising,
+    karp_flatt_trend,
     predict,
 )
 
@@ -60,16 +60,19 @@ def test_karp_flatt_by_hand() -> None:
     # S(2) = 10/6: (0.6 - 0.5)/0.5 = 0.2; S(4) = 2.5: (0.4 - 0.25)/0.75 = 0.2
     assert math.isnan(e[0])
     assert e[1:] == pytest.approx([0.2, 0.2])
-    assert not karp_flatt_rising(e)
+    assert karp_flatt_trend(e) == "constant"
     rising = karp_flatt(np.array([4.0, 8.0, 16.0, 32.0]), np.array([40.0, 21.0, 12.0, 8.0]))
-    assert karp_flatt_rising(rising)
+    assert karp_flatt_trend(rising) == "rising"
+    # down then up is no trend, even though the last value is above the first
+    assert karp_flatt_trend(np.array([np.nan, 0.199, 0.157, 0.216])) == "mixed"
+    assert karp_flatt_trend(np.array([np.nan, 0.2, 0.15, 0.1])) == "falling"
     sm = fit_strategy("ddp", np.array([4.0, 8.0, 16.0, 32.0]), np.array([40.0, 21.0, 12.0, 8.0]))
     assert "overhead grows with the worker count" in describe(sm)
 
 
 def test_refuses_with_too_few_counts_or_a_poor_fit() -> None:
     two = fit_strategy("a", np.array([4.0, 8.0]), np.array([10.0, 6.0]))
-    assert two.chosen is None and "at least 3" in two.why
+    assert two.chosen is None and two.why == "2 worker counts measured (4, 8); needs 3"
     zigzag = fit_strategy("b", np.array([4.0, 8.0, 16.0, 32.0]), np.array([10.0, 4.0, 9.0, 3.0]))
     assert zigzag.chosen is None and "too poor to extrapolate" in zigzag.why
     # a close fit that still mispredicts a left-out count: only what it misses is named
@@ -77,9 +80,9 @@ def test_refuses_with_too_few_counts_or_a_poor_fit() -> None:
         "c", np.array([4.0, 8.0, 16.0, 32.0]), np.array([31.81, 17.86, 11.34, 10.09])
     )
     assert close.chosen is None and "leave-one-out error" in close.why and "R²" not in close.why
-    rows, notes = predict([two, zigzag], [64])
-    assert rows.empty
-    assert notes == [f"no prediction for a: {two.why}", f"no prediction for b: {zigzag.why}"]
+    rows = predict([two, zigzag], [64])
+    assert list(rows["strategy"]) == ["a", "b"] and rows["avg_epoch_time_s"].isna().all()
+    assert list(rows["note"]) == [f"no scaling model: {two.why}", f"no scaling model: {zigzag.why}"]
 
 
 def test_prediction_rows() -> None:
@@ -88,8 +91,8 @@ def test_prediction_rows() -> None:
     table = pd.DataFrame(
         {"strategy": "ddp", "workers": p.astype(int), "avg_epoch_time_s": t1 * (s + (1 - s) / p)}
     )
-    rows, notes = predict(fit_all(table), [64, 128])
-    assert notes == []
+    rows = predict(fit_all(table), [64, 128])
+    assert list(rows["note"]) == ["", ""]
     assert list(rows["workers"]) == [64, 128]
     truth = t1 * (s + (1 - s) / np.array([64.0, 128.0]))
     assert rows["avg_epoch_time_s"].to_numpy() == pytest.approx(truth)
@@ -160,8 +163,11 @@ def test_predict_through_the_command(analysis_store: tuple[str, Path], tmp_path:
     assert [(r["strategy"], r["workers"]) for r in rows] == [("torch-ddp", 64), ("torch-ddp", 128)]
     assert set(rows[0]) == {
         "strategy", "workers", "model", "avg_epoch_time_s", "low_s", "high_s", "speedup",
-        "efficiency",
+        "efficiency", "base_strategy", "base_workers", "note",
     }  # fmt: skip
+    assert {(r["base_strategy"], r["base_workers"], r["note"]) for r in rows} == {
+        ("torch-ddp", 4, "")
+    }
     base = next(r for r in report["epoch_time"] if r["workers"] == 4)["avg_epoch_time_s"]
     for row in rows:
         truth = _truth("virgo", "torch-ddp", row["workers"])

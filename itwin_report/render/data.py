@@ -12,12 +12,14 @@ from typing import TYPE_CHECKING, Any
 from itwin_report.analysis_text import json_fields, pair_intervals
 from itwin_report.masking import mask_text, mask_uri
 from itwin_report.render.safe import csv_text
-from itwin_report.tables import DTYPES, TABLES, is_missing
+from itwin_report.tables import TABLES, integer, is_missing
 
 if TYPE_CHECKING:
     from itwin_report.report import Report
 
-INTEGER_COLUMNS = [name for name, dtype in DTYPES.items() if dtype == "int64"]
+INTEGER_COLUMNS = sorted(
+    {c.name for spec in TABLES for c in spec.columns if c.dtype == "int64" or c.fmt is integer}
+)
 
 
 def _plain(value: Any) -> Any:
@@ -42,9 +44,9 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         records = getattr(report, spec.name).astype(object).to_dict("records")
         rows = []
         for rec in records:
-            row = {col.key: _plain(rec[col.name]) for col in spec.columns}
+            row = {col.key: _plain(rec.get(col.name)) for col in spec.columns}
             for col in spec.columns:
-                if col.dtype == "int64" and row[col.key] is not None:
+                if (col.dtype == "int64" or col.fmt is integer) and row[col.key] is not None:
                     row[col.key] = int(row[col.key])
             rows.append(row)
         out[spec.name] = rows
@@ -70,7 +72,7 @@ def write_csv(report: Report) -> str:
         text_columns = [c.name for c in spec.columns if c.is_text]
         for rec in getattr(report, spec.name).astype(object).to_dict("records"):
             for name in text_columns:
-                if isinstance(rec[name], str):
+                if isinstance(rec.get(name), str):
                     rec[name] = csv_text(mask_text(rec[name]))
             rows.append({"table": spec.name, **rec})
     out = pd.DataFrame(rows, columns=columns)

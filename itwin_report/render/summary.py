@@ -10,6 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from itwin_report.render.layout import VERDICT_WORDS, warmup_line
+from itwin_report.report.baseline import base_of
 from itwin_report.tables import SPECS
 
 if TYPE_CHECKING:
@@ -17,29 +18,9 @@ if TYPE_CHECKING:
 
     from itwin_report.report import Report
 
-# what each column means, by column name (shared by tables that use the same name)
-COLUMN_NOTES: dict[str, str] = {
-    "strategy": "distributed strategy (DDP, DeepSpeed, Horovod, ...) as logged by the runs",
-    "workers": "number of workers (GPUs) of the configuration: the global world size",
-    "runs": "jobs of the configuration that contribute data to this table",
-    "epochs": "epoch times averaged, after the warm-up epochs, pooled over the runs",
-    "avg_epoch_time_s": "mean epoch time over all those epochs",
-    "std_epoch_time_s": "sample std of the per-run mean epoch times (needs two runs)",
-    "speedup": "base value / this value (epoch time) or this value / base value (throughput)",
-    "efficiency": "speedup x base workers / workers; 100 % is linear scaling",
-    "energy_wh": "energy of one run, all its GPUs, averaged over runs",
-    "energy_wh_per_epoch": "run energy / its epochs (warm-up included), averaged over runs",
-    "utilization_pct": "mean GPU utilization (share of time a kernel ran) over all samples",
-    "avg_power_w": "mean power of one GPU over all samples",
-    "computation_fraction": "share of profiled GPU time in compute kernels (aten::, c10::, ...)",
-    "communication_fraction": "share of profiled GPU time in collectives (NCCL, all-reduce, ...)",
-    "samples_per_sec": "samples per second of the whole job, averaged over runs",
-    "samples_per_sec_per_gpu": "samples per second / workers",
-    "est_samples_per_sec": "the trainer's own estimate of samples per second (performance.json)",
-    "achieved_fraction": "samples per second / estimate",
-    "input_bound": "input-bottleneck verdict: yes, no, or n/a when undecided",
-    "source": "where the throughput comes from: performance.json, rate metrics or epoch time",
-}
+def _cell(table: str, column: str, row: dict[str, Any]) -> str:
+    """``row[column]`` as the table shows it, ``~`` marking an estimate."""
+    return SPECS[table].column(column).cell(row)
 
 
 def _fmt(table: str, column: str, value: Any) -> str:
@@ -143,8 +124,8 @@ def efficiency_sentences(report: Report) -> list[str]:
     """Each strategy's parallel efficiency at its largest worker count."""
     out = []
     for rec in _largest(report.epoch_time, "efficiency"):
-        base = rec["workers"] * rec["efficiency"] / rec["speedup"] if rec["speedup"] else math.nan
-        base_txt = f" over {base:g} workers" if _known(base) else ""
+        base = base_of(rec)
+        base_txt = f" over {_config(base)}" if base is not None else ""
         out.append(
             f"{rec['strategy']} reaches "
             f"{_fmt('epoch_time', 'efficiency', rec['efficiency'])} parallel efficiency at "
@@ -200,14 +181,14 @@ def energy_sentences(report: Report) -> list[str]:
     for strategy in sorted(by_strategy, key=str):
         recs = sorted(by_strategy[strategy], key=lambda r: r["workers"])
         low, high = recs[0], recs[-1]
-        e_low = _fmt("gpu", "energy_wh_per_epoch", low["energy_wh_per_epoch"])
+        e_low = _cell("gpu", "energy_wh_per_epoch", low)
         if low is high:
             out.append(
                 f"Energy per epoch for {strategy}: {e_low} at {int(low['workers'])} workers "
                 "(one size measured)."
             )
             continue
-        e_high = _fmt("gpu", "energy_wh_per_epoch", high["energy_wh_per_epoch"])
+        e_high = _cell("gpu", "energy_wh_per_epoch", high)
         ratio = (
             f" ({high['energy_wh_per_epoch'] / low['energy_wh_per_epoch']:.2f}x)"
             if low["energy_wh_per_epoch"] > 0
@@ -230,15 +211,22 @@ def summary_sentences(report: Report) -> list[str]:
     return lines
 
 
+def _config(base: tuple[str, int]) -> str:
+    """``4 workers`` or, for another strategy's run, ``non-distributed at 1 worker``."""
+    strategy, workers = base
+    return f"{strategy} at {workers} worker{'' if workers == 1 else 's'}"
+
+
 def base_sentence(report: Report) -> str:
     """Which base each strategy's speedup is measured against, read back from the table."""
-    bases: dict[str, float] = {}
+    bases: dict[str, tuple[str, int]] = {}
     for rec in _records(report.epoch_time):
-        if _known(rec["speedup"]) and _known(rec["efficiency"]) and rec["speedup"] > 0:
-            bases.setdefault(rec["strategy"], rec["workers"] * rec["efficiency"] / rec["speedup"])
+        base = base_of(rec)
+        if base is not None:
+            bases.setdefault(rec["strategy"], base)
     if not bases:
         return "No speedup could be computed: no strategy has a base configuration."
-    listed = ", ".join(f"{s} {b:g} workers" for s, b in sorted(bases.items(), key=str))
+    listed = ", ".join(f"{s} {_config(b)}" for s, b in sorted(bases.items(), key=str))
     return (
         "Speedup and efficiency are measured against a base configuration, where the speedup is 1: "
         "speedup = epoch time at the base / epoch time, efficiency = speedup x base workers / "

@@ -7,13 +7,15 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from itwin_report.errors import ReportError
-from itwin_report.report.common import AUTO, BASELINES, Baseline, normalized
+from itwin_report.report.baseline import AUTO, BASELINES, Baseline
+from itwin_report.report.common import normalized
 from itwin_report.report.computation import computation_table
 from itwin_report.report.confidence import fastest_lines
 from itwin_report.report.epoch_time import epoch_time_table, run_means_table
 from itwin_report.report.gpu import gpu_table
 from itwin_report.report.scaling_mode import MODES, decide, weak_efficiency
 from itwin_report.report.scaling_models import (
+    Ceiling,
     StrategyModels,
     describe,
     fit_all,
@@ -42,7 +44,9 @@ class Report:
     rate_series: pd.DataFrame
     rate_config: tuple[str, int] | None
     warnings: list[str] = field(default_factory=list)
-    baseline: dict = field(default_factory=lambda: {"mode": "per-strategy", "reference": None})
+    baseline: dict = field(
+        default_factory=lambda: {"mode": "per-strategy", "reference": None, "bases": []}
+    )
     # why a table is empty or all unknown, for the plots' messages: {"computation": "..."}
     reasons: dict[str, str] = field(default_factory=dict)
     analysis: Analysis | None = None
@@ -99,12 +103,12 @@ def build_report(
     mode, note = decide(data.runs, scaling)
     if mode == "weak":
         epoch = weak_efficiency(epoch, data.runs)
-    analysis = analyse(epoch, runs, mode, note, predict_workers or [])
     gpu, w_gpu = gpu_table(data)
     comp, w_comp, no_gpu = computation_table(data)
     thr, w_thr, thr_used = throughput_table(
-        data, gpu, comp, warmup_epochs, throughput_source, baseline, samples_per_epoch
+        data, gpu, comp, warmup_epochs, throughput_source, baseline, samples_per_epoch, used
     )
+    analysis = analyse(epoch, thr, runs, mode, note, predict_workers or [])
     series, config, w_series = rate_series(data, rate_config)
     notes = _baseline_notes(used, thr_used, not thr.empty)
     return Report(
@@ -118,23 +122,55 @@ def build_report(
         rate_series=series,
         rate_config=config,
         warnings=[*notes, *data.warnings, *w_epoch, *w_gpu, *w_comp, *w_thr, *w_series],
-        baseline={
-            "mode": used.mode,
-            "reference": None
-            if used.reference is None
-            else {"strategy": used.reference[0], "workers": used.reference[1]},
-        },
+        baseline=used.to_dict(),
         reasons={} if no_gpu is None else {"computation": no_gpu},
         analysis=analysis,
     )
 
 
+def input_ceilings(epoch: pd.DataFrame, throughput: pd.DataFrame) -> dict[str, Ceiling]:
+    """Per strategy with an input-bound configuration: from its smallest input-bound worker
+    count on, the epoch time cannot drop below the fastest measured there."""
+    out: dict[str, Ceiling] = {}
+    if throughput.empty:
+        return out
+    bound = throughput[throughput["input_bound"].map(lambda v: v is True or v == True)]  # noqa: E712
+    for strategy, rows in bound.groupby("strategy", sort=True):
+        start = int(rows["workers"].min())
+        mine = epoch[(epoch["strategy"] == strategy) & (epoch["workers"] >= start)]
+        times = mine["avg_epoch_time_s"].dropna()
+        if times.empty:
+            continue
+        out[str(strategy)] = Ceiling(
+            start, float(times.min()), float(rows["samples_per_sec"].max())
+        )
+    return out
+
+
 def analyse(
-    epoch: pd.DataFrame, runs: pd.DataFrame, mode: str, note: str, targets: list[int]
+    epoch: pd.DataFrame,
+    throughput: pd.DataFrame,
+    runs: pd.DataFrame,
+    mode: str,
+    note: str,
+    targets: list[int],
 ) -> Analysis:
-    """Fastest-strategy statements, model fits (strong scaling only) and predictions."""
-    models = fit_all(epoch) if mode == "strong" else []
-    predictions, notes = predict(models, sorted(set(targets)))
+    """Fastest-strategy statements, model fits (strong scaling only) and predictions.
+
+    Input-bound configurations are left out of the fits (their time is the input pipeline's,
+    not the model's) and bound the predictions from below.
+    """
+    ceilings = input_ceilings(epoch, throughput) if mode == "strong" else {}
+    bound = {(s, c.workers) for s, c in ceilings.items()}
+    exclude = {
+        (str(s), int(w))
+        for s, w in zip(epoch["strategy"], epoch["workers"], strict=True)
+        if any(s == b and w >= bw for b, bw in bound)
+    }
+    models = fit_all(epoch, exclude) if mode == "strong" else []
+    targets = sorted(set(targets))
+    predictions = predict(models, targets, ceilings)
+    notes = []
     if mode == "weak" and targets:
         notes = ["no predictions under weak scaling: the models describe a fixed global problem"]
     return Analysis(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from itwin_report import tables
-from itwin_report.report.common import configurations, finish, label
+from itwin_report.report.common import configurations, finish, label, name_list
 from itwin_report.schema import RunData
 
 COLUMNS = tables.COMPUTATION.names
@@ -48,12 +48,12 @@ def computation_table(data: RunData) -> tuple[pd.DataFrame, list[str], str | Non
     fractions are all unknown (None when some are known or there is no profile at all)."""
     cols = ["run_id", "job_id", "strategy", "workers"]
     joined = data.profiles.merge(data.runs[cols], on="run_id", how="inner")
-    rows_out, warnings, no_gpu = [], [], []
+    rows_out, warnings, no_gpu, missing = [], [], [], []
     classified = classify(joined)
     for strategy, workers in configurations(data.runs):
         mask = (joined["strategy"] == strategy) & (joined["workers"] == workers)
         if not mask.any():
-            warnings.append(f"no profiler data for {label(strategy, workers)}")
+            missing.append(label(strategy, workers))
             continue
         rows = classified[(classified["strategy"] == strategy) & (classified["workers"] == workers)]
         comp, comm = fractions(rows)
@@ -66,10 +66,13 @@ def computation_table(data: RunData) -> tuple[pd.DataFrame, list[str], str | Non
                 "runs": joined.loc[mask, "job_id"].nunique(),
                 "computation_fraction": comp,
                 "communication_fraction": comm,
+                "other_fraction": 1.0 - comp - comm,
             }
         )
+    if missing:
+        warnings.append(f"no profiler data for {name_list(missing)}")
     if no_gpu:
-        shown = "; ".join(no_gpu[:5]) + (f" and {len(no_gpu) - 5} more" if len(no_gpu) > 5 else "")
+        shown = name_list(no_gpu)
         warnings.append(
             f"computation fractions unknown for {shown}: {NO_GPU_REASON}, so the share of "
             "device time is undefined"

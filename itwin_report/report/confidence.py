@@ -140,23 +140,27 @@ def add_intervals(table: pd.DataFrame, run_means: pd.DataFrame) -> pd.DataFrame:
     """Add ``speedup_ci_low/high`` and ``efficiency_ci_low/high`` to the epoch-time table.
 
     ``run_means`` has one row per run: strategy, workers, avg_epoch_time_s. Each interval comes
-    from :func:`ratio_interval` of the base's and the row's run means, moved on the log scale
-    so that it surrounds the table's own speedup; NaN unless both hold two runs or more. The
-    base configuration's interval is [1, 1].
+    from :func:`ratio_interval` of the runs of the row's base configuration (its
+    ``base_strategy``/``base_workers``, another strategy's single-GPU run included: the two
+    means are still independent) and of the row's own runs, moved on the log scale so that it
+    surrounds the table's own speedup; NaN unless both hold two runs or more. The base
+    configuration's own interval is [1, 1].
     """
     out = table.copy()
     cols = {c: np.full(len(out), np.nan) for c in CI_COLUMNS}
     groups = run_groups(run_means)
     for i, rec in enumerate(out.to_dict("records")):
         speedup = rec["speedup"]
-        if not speedup > 0:
+        base_w = rec["base_workers"]
+        if not speedup > 0 or not isinstance(rec["base_strategy"], str) or base_w != base_w:
             continue
-        mine = groups.get((str(rec["strategy"]), int(rec["workers"])), np.array([]))
-        base_w = rec["workers"] * rec["efficiency"] / speedup
-        base = groups.get((str(rec["strategy"]), round(base_w)), np.array([]))
+        key = (str(rec["strategy"]), int(rec["workers"]))
+        base_key = (rec["base_strategy"], int(base_w))
+        mine = groups.get(key, np.array([]))
+        base = groups.get(base_key, np.array([]))
         if len(mine) < 2 or len(base) < 2:
             continue
-        if round(base_w) == int(rec["workers"]):
+        if base_key == key:
             for name in CI_COLUMNS:
                 cols[name][i] = 1.0
             continue

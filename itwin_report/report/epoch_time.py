@@ -6,14 +6,14 @@ import numpy as np
 import pandas as pd
 
 from itwin_report import tables
+from itwin_report.report import baseline as base_rule
+from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.common import (
-    AUTO,
-    Baseline,
-    add_scaling,
     configurations,
     finish,
     label,
     lowest_rank_points,
+    name_list,
     points,
 )
 from itwin_report.report.confidence import add_intervals
@@ -55,15 +55,14 @@ def epoch_time_table(
         )
     table = finish(rows, COLUMNS[:6])
     configs = configurations(data.runs)
-    table, used, notes = add_scaling(
-        table, "avg_epoch_time_s", False, baseline, configs, what="epoch times"
-    )
-    warnings.extend(notes)
+    used, notes = base_rule.decide(table, "avg_epoch_time_s", baseline, configs, "epoch times")
+    table, more = base_rule.apply(table, "avg_epoch_time_s", False, used)
+    warnings.extend(notes + more)
     table = add_intervals(table, run_means_table(data, warmup_epochs))
     have = set(zip(table["strategy"], table["workers"], strict=True))
-    for strategy, workers in configs:
-        if (strategy, workers) not in have:
-            warnings.append(f"no epoch times for {label(strategy, workers)}")
+    lacking = [label(s, w) for s, w in configs if (s, w) not in have]
+    if lacking:
+        warnings.append(f"no epoch times for {name_list(lacking)}")
     return table[COLUMNS], warnings, used
 
 

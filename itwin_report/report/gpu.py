@@ -1,4 +1,10 @@
-"""GPU table: energy per run (never summed across runs), per epoch, utilization, power."""
+"""GPU table: energy per run (never summed across runs), per epoch, utilization, power.
+
+A job whose ranks did not all log GPU metrics (itwinai logs them on rank 0 by default) has its
+measured energy scaled to all its GPUs, ``energy * GPUs / GPUs measured``; the row's
+``energy_coverage`` (GPUs measured / GPUs) says so and the renderers mark the cell ``~``.
+Energy per epoch is the run's energy over all its epochs, warm-up included.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report import tables
-from itwin_report.report.common import configurations, finish, label, points
+from itwin_report.report.common import configurations, finish, label, name_list, points
 from itwin_report.report.epoch_time import epoch_points
 from itwin_report.schema import GPU_POWER, GPU_UTIL, RunData
 
@@ -69,30 +75,39 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
     per_job["wh_per_epoch"] = per_job["energy_wh"] / per_job["epochs"]
     nan = float("nan")
     rows = []
+    partial: list[tuple[str, int]] = []
+    no_data: list[str] = []
     for strategy, workers in configurations(data.runs):
         key = (strategy, workers)
         if key not in power_stats and key not in util_stats:
-            warnings.append(f"no GPU data for {label(strategy, workers)}")
+            no_data.append(label(strategy, workers))
             continue
         avg_power, power_jobs = power_stats.get(key, (nan, set()))
         utilization, util_jobs = util_stats.get(key, (nan, set()))
         energy = per_job.reindex(sorted(power_jobs))
-        for job, row in energy.iterrows():
-            if int(row["ranks"]) < workers:
-                warnings.append(
-                    f"run {job} ({label(strategy, workers)}): energy covers "
-                    f"{int(row['ranks'])} of {workers} GPUs"
-                )
+        coverage = (energy["ranks"] / workers).clip(upper=1.0)
+        if (coverage < 1).any():
+            partial.append((strategy, workers))
         rows.append(
             {
                 "strategy": strategy,
                 "workers": workers,
                 "runs": len(power_jobs | util_jobs),
-                "energy_wh": _mean(energy["energy_wh"]),
-                "energy_wh_per_epoch": _mean(energy["wh_per_epoch"]),
+                "energy_wh": _mean(energy["energy_wh"] / coverage),
+                "energy_wh_per_epoch": _mean(energy["wh_per_epoch"] / coverage),
+                "energy_coverage": _mean(coverage),
                 "utilization_pct": utilization,
                 "avg_power_w": avg_power,
             }
+        )
+    if no_data:
+        warnings.append(f"no GPU data for {name_list(no_data)}")
+    if partial:
+        names = name_list([label(s, w) for s, w in partial])
+        warnings.append(
+            f"GPU energy of {len(partial)} configuration(s) is estimated ({names}): fewer "
+            "ranks logged GPU metrics than the job has GPUs, so the measured GPUs' energy is "
+            "scaled to all of them (marked ~; energy_coverage in JSON is GPUs measured / GPUs)"
         )
     return finish(rows, COLUMNS), warnings
 

@@ -32,6 +32,7 @@ MIN_R2 = 0.9
 PARSIMONY = 0.8  # the USL (one more coefficient) must cut the leave-one-out error by 20 %
 MAX_LOO = 0.05  # relative leave-one-out error; beyond it a fit is too poor to extrapolate
 
+BASE = ["base_strategy", "base_workers"]
 PREDICTION_COLUMNS = [
     "strategy",
     "workers",
@@ -41,7 +42,10 @@ PREDICTION_COLUMNS = [
     "high_s",
     "speedup",
     "efficiency",
+    *BASE,
+    "note",
 ]
+INPUT_CEILING = "input ceiling"  # the model column of a prediction that is the input floor
 MODEL_COLUMNS = [
     "strategy",
     "model",
@@ -53,8 +57,9 @@ MODEL_COLUMNS = [
     "r2",
     "loo_error",
     "chosen",
+    *BASE,
 ]
-KARP_FLATT_COLUMNS = ["strategy", "workers", "karp_flatt"]
+KARP_FLATT_COLUMNS = ["strategy", "workers", "karp_flatt", *BASE]
 
 
 def _design(workers: np.ndarray, model: str) -> np.ndarray:
@@ -171,13 +176,26 @@ def karp_flatt(workers: np.ndarray, times: np.ndarray) -> np.ndarray:
     return np.where(n > 1, e, np.nan)
 
 
-def karp_flatt_rising(e: np.ndarray) -> bool:
-    """Rising serial fraction: the last value above the first by 0.005 and a positive trend."""
+KF_STEP = 0.005  # a change of the Karp–Flatt fraction smaller than this is no change
+
+
+def karp_flatt_trend(e: np.ndarray) -> str:
+    """ "rising", "falling", "constant" or "mixed" over the known values, in order.
+
+    Rising (falling) only when no step goes the other way by more than :data:`KF_STEP` and the
+    last value is beyond the first by more than it; constant when all lie within 2 KF_STEP.
+    """
     vals = e[~np.isnan(e)]
     if len(vals) < 2:
-        return False
-    slope = np.polyfit(np.arange(len(vals)), vals, 1)[0]
-    return bool(vals[-1] > vals[0] + 0.005 and slope > 0)
+        return ""
+    steps = np.diff(vals)
+    if float(vals.max() - vals.min()) <= 2 * KF_STEP:
+        return "constant"
+    if (steps > -KF_STEP).all() and vals[-1] > vals[0] + KF_STEP:
+        return "rising"
+    if (steps < KF_STEP).all() and vals[-1] < vals[0] - KF_STEP:
+        return "falling"
+    return "mixed"
 
 
 @dataclass
@@ -190,9 +208,12 @@ class StrategyModels:
     fits: dict[str, Fit]
     chosen: str | None
     why: str
+    base: tuple[str, int] | None = None  # the base configuration (the smallest point)
 
 
-def fit_strategy(strategy: str, workers: np.ndarray, times: np.ndarray) -> StrategyModels:
+def fit_strategy(
+    strategy: str, workers: np.ndarray, times: np.ndarray, base: tuple[str, int] | None = None
+) -> StrategyModels:
     """Fit every model the points allow; choose Amdahl unless the USL predicts left-out points
     clearly better (leave-one-out error below :data:`PARSIMONY` times Amdahl's)."""
     order = np.argsort(workers)
@@ -203,10 +224,11 @@ def fit_strategy(strategy: str, workers: np.ndarray, times: np.ndarray) -> Strat
     if usl is not None and (usl.coef[2] < 0 or usl.coef[0] <= 0):
         del fits["usl"]  # negative coherency or compute: USL does not describe these points
     if len(p) < MIN_POINTS["amdahl"]:
-        why = f"{len(p)} worker count(s) measured; a prediction needs at least 3"
-        return StrategyModels(strategy, p, t, fits, None, why)
+        counts = ", ".join(f"{w:g}" for w in p)
+        why = f"{len(p)} worker count{'' if len(p) == 1 else 's'} measured ({counts}); needs 3"
+        return StrategyModels(strategy, p, t, fits, None, why, base)
     if not fits:
-        return StrategyModels(strategy, p, t, fits, None, "no model could be fitted")
+        return StrategyModels(strategy, p, t, fits, None, "no model could be fitted", base)
     best = fits.get("amdahl") or fits["usl"]
     usl = fits.get("usl")
     if usl is not None and usl.loo_error < PARSIMONY * best.loo_error:
@@ -218,22 +240,25 @@ def fit_strategy(strategy: str, workers: np.ndarray, times: np.ndarray) -> Strat
         failed.append(f"leave-one-out error {best.loo_error:.0%} (needs <= {MAX_LOO:.0%})")
     if failed:
         why = f"best fit ({best.model}) is too poor to extrapolate: {', '.join(failed)}"
-        return StrategyModels(strategy, p, t, fits, None, why)
-    return StrategyModels(strategy, p, t, fits, best.model, "")
+        return StrategyModels(strategy, p, t, fits, None, why, base)
+    return StrategyModels(strategy, p, t, fits, best.model, "", base)
 
 
 def describe(sm: StrategyModels) -> str:
     """A plain sentence: which model fits and what it means."""
     kf = karp_flatt(sm.workers, sm.times)
-    trend = ""
-    if karp_flatt_rising(kf):
-        trend = (
-            f" The Karp–Flatt serial fraction rises from {kf[1]:.3f} to "
-            f"{kf[-1]:.3f}: overhead grows with the worker count (communication, "
-            "synchronisation), not a fixed serial part."
-        )
-    elif len(kf[~np.isnan(kf)]) >= 2:
-        trend = " The Karp–Flatt serial fraction stays roughly constant: a fixed serial part."
+    known = kf[~np.isnan(kf)]
+    path = " → ".join(f"{v:.3f}" for v in known)
+    trend = {
+        "rising": f" The Karp–Flatt serial fraction rises ({path}): overhead grows with the "
+        "worker count (communication, synchronisation), not a fixed serial part.",
+        "falling": f" The Karp–Flatt serial fraction falls ({path}): the base pays overheads "
+        "that larger counts share.",
+        "constant": f" The Karp–Flatt serial fraction stays roughly constant ({path}): a fixed "
+        "serial part.",
+        "mixed": f" The Karp–Flatt serial fraction moves without a clear trend ({path}).",
+        "": "",
+    }[karp_flatt_trend(kf)]
     if sm.chosen is None:
         return f"{sm.strategy}: no scaling model fitted ({sm.why}).{trend}"
     f = sm.fits[sm.chosen]
@@ -259,21 +284,54 @@ def describe(sm: StrategyModels) -> str:
     return text + trend
 
 
-def config_means(epoch_time: pd.DataFrame) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """Per strategy: (workers, mean epoch time) of the rows with a positive time."""
+def config_means(
+    epoch_time: pd.DataFrame, exclude: set[tuple[str, int]] | None = None
+) -> dict[str, tuple[np.ndarray, np.ndarray, tuple[str, int] | None]]:
+    """Per strategy: (workers, mean epoch time, base) of its rows with a positive time.
+
+    The base configuration's point is included when it belongs to another strategy (the
+    single-GPU run), so models, Karp–Flatt and predictions use the table's own base.
+    Configurations in ``exclude`` (input-bound ones) are left out; the base never is.
+    """
     out = {}
+    exclude = exclude or set()
     usable = epoch_time[epoch_time["avg_epoch_time_s"] > 0]
+    times = {
+        (str(s), int(w)): float(t)
+        for s, w, t in zip(
+            usable["strategy"], usable["workers"], usable["avg_epoch_time_s"], strict=True
+        )
+    }
     for strategy, group in usable.groupby("strategy", sort=True):
+        first = group.iloc[0].to_dict()
+        base = None
+        if isinstance(first.get("base_strategy"), str) and first["base_workers"] > 0:
+            base = (str(first["base_strategy"]), int(first["base_workers"]))
+        pts = {
+            int(w): float(t)
+            for w, t in zip(group["workers"], group["avg_epoch_time_s"], strict=True)
+            if (str(strategy), int(w)) not in exclude
+        }
+        if base is not None and base in times:
+            pts[base[1]] = times[base]
+        order = sorted(pts)
         out[str(strategy)] = (
-            group["workers"].to_numpy(dtype=float),
-            group["avg_epoch_time_s"].to_numpy(dtype=float),
+            np.array(order, dtype=float),
+            np.array([pts[w] for w in order], dtype=float),
+            base,
         )
     return out
 
 
-def fit_all(epoch_time: pd.DataFrame) -> list[StrategyModels]:
-    """Fit every strategy of the epoch-time table."""
-    return [fit_strategy(s, p, t) for s, (p, t) in config_means(epoch_time).items()]
+def fit_all(
+    epoch_time: pd.DataFrame, exclude: set[tuple[str, int]] | None = None
+) -> list[StrategyModels]:
+    """Fit every strategy of the epoch-time table that ran more than one worker count."""
+    return [
+        fit_strategy(s, p, t, base)
+        for s, (p, t, base) in config_means(epoch_time, exclude).items()
+        if (p > 1).any()
+    ]
 
 
 def models_table(models: list[StrategyModels]) -> pd.DataFrame:
@@ -293,6 +351,7 @@ def models_table(models: list[StrategyModels]) -> pd.DataFrame:
                     "r2": f.r2,
                     "loo_error": f.loo_error,
                     "chosen": sm.chosen == name,
+                    **_base(sm),
                 }
             )
     return pd.DataFrame(rows, columns=MODEL_COLUMNS)
@@ -305,40 +364,74 @@ def karp_flatt_table(models: list[StrategyModels]) -> pd.DataFrame:
         e = karp_flatt(sm.workers, sm.times)
         for w, v in zip(sm.workers, e, strict=True):
             if not math.isnan(v):
-                rows.append({"strategy": sm.strategy, "workers": int(w), "karp_flatt": float(v)})
+                row = {"strategy": sm.strategy, "workers": int(w), "karp_flatt": float(v)}
+                rows.append({**row, **_base(sm)})
     frame = pd.DataFrame(rows, columns=KARP_FLATT_COLUMNS)
     return frame.astype({"workers": "int64"}) if len(frame) else frame
 
 
-def predict(models: list[StrategyModels], targets: list[int]) -> tuple[pd.DataFrame, list[str]]:
-    """Prediction rows for ``targets`` per strategy with a chosen model, and refusals."""
-    rows, refusals = [], []
+def _base(sm: StrategyModels) -> dict:
+    base = sm.base or (sm.strategy, int(sm.workers[0]))
+    return {"base_strategy": base[0], "base_workers": int(base[1])}
+
+
+@dataclass(frozen=True)
+class Ceiling:
+    """An input ceiling measured for a strategy: from ``workers`` on, epoch time >= ``floor_s``."""
+
+    workers: int
+    floor_s: float
+    samples_per_sec: float
+
+
+def predict(
+    models: list[StrategyModels], targets: list[int], ceilings: dict[str, Ceiling] | None = None
+) -> pd.DataFrame:
+    """One row per strategy and target: a prediction, or a refusal whose ``note`` says why.
+
+    Where a strategy has an input ceiling, the epoch time never drops below its floor: a
+    model's prediction is capped there, and without a model the floor itself is the
+    prediction from the ceiling's worker count on.
+    """
+    ceilings = ceilings or {}
+    rows = []
     for sm in models if targets else []:
-        if sm.chosen is None:
-            refusals.append(f"no prediction for {sm.strategy}: {sm.why}")
-            continue
-        f = sm.fits[sm.chosen]
-        base_p, base_t = float(sm.workers[0]), float(sm.times[0])
+        base = _base(sm)
+        base_t = float(sm.times[np.argmin(sm.workers)])
+        cap = ceilings.get(sm.strategy)
         for w in targets:
-            t, low, high = f.interval(float(w))
-            if not t > 0:
-                refusals.append(
-                    f"no prediction for {sm.strategy} at {w} workers: the {f.model} fit "
-                    "gives no positive epoch time there"
-                )
-                continue
-            speedup = base_t / t
-            rows.append(
-                {
-                    "strategy": sm.strategy,
-                    "workers": int(w),
-                    "model": f.model,
-                    "avg_epoch_time_s": t,
-                    "low_s": low,
-                    "high_s": high,
-                    "speedup": speedup,
-                    "efficiency": speedup * base_p / w,
-                }
-            )
+            row: dict = {"strategy": sm.strategy, "workers": int(w), **base}
+            row.update(_one_prediction(sm, float(w), cap))
+            t = row["avg_epoch_time_s"]
+            row["speedup"] = base_t / t if t > 0 else math.nan
+            row["efficiency"] = row["speedup"] * base["base_workers"] / w
+            rows.append(row)
     frame = pd.DataFrame(rows, columns=PREDICTION_COLUMNS)
-    return (frame.astype({"workers": "int64"}) if len(frame) else frame), refusals
+    return frame.astype({"workers": "int64", "base_workers": "int64"}) if len(frame) else frame
+
+
+def _answer(model: str | None, t: float, low: float, high: float, note: str) -> dict:
+    return {"model": model, "avg_epoch_time_s": t, "low_s": low, "high_s": high, "note": note}
+
+
+def _one_prediction(sm: StrategyModels, w: float, cap: Ceiling | None) -> dict:
+    nan = math.nan
+    note = ""
+    if cap is not None:
+        note = (
+            f"capped by the input pipeline at ~{cap.samples_per_sec:.0f} samples/s "
+            f"(input-bound from {cap.workers} workers)"
+        )
+    capped = cap is not None and w >= cap.workers
+    if sm.chosen is None:
+        if cap is not None and capped:
+            return _answer(INPUT_CEILING, cap.floor_s, nan, nan, note)
+        return _answer(None, nan, nan, nan, f"no scaling model: {sm.why}")
+    f = sm.fits[sm.chosen]
+    t, low, high = f.interval(w)
+    if cap is not None and (capped or t < cap.floor_s):
+        floor = cap.floor_s
+        return _answer(f.model, max(t, floor), max(low, floor), max(high, floor), note)
+    if not t > 0:
+        return _answer(None, nan, nan, nan, f"the {f.model} fit gives no positive epoch time")
+    return _answer(f.model, t, low, high, "")

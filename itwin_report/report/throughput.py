@@ -10,11 +10,10 @@ import pandas as pd
 from itwin_report import tables
 from itwin_report.errors import DataError
 from itwin_report.performance import merge_records
+from itwin_report.report import baseline as base_rule
 from itwin_report.report import verdict
+from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.common import (
-    AUTO,
-    Baseline,
-    add_scaling,
     configurations,
     empty_table,
     finish,
@@ -235,10 +234,12 @@ def throughput_table(
     source: str = "auto",
     baseline: str = AUTO,
     samples_per_epoch: float | None = None,
+    base: Baseline | None = None,
 ) -> tuple[pd.DataFrame, list[str], Baseline]:
     """The throughput table (with verdict), its warnings and the scaling baseline used.
 
     ``samples_per_epoch`` states the samples per epoch of every run (the epoch-time source).
+    ``base``: the report's base (decided on epoch times); without one, it is decided here.
     """
     if source != "auto" and source not in SOURCE_NAMES:
         raise DataError(f"unknown throughput source {source!r}; use auto, {', '.join(PREFERENCE)}")
@@ -279,11 +280,14 @@ def throughput_table(
                     "source": name,
                 }
             )
-    base = ["strategy", "workers", "runs", "samples_per_sec", "source"]
-    table, used, scaling_notes = add_scaling(
-        finish(rows, base), "samples_per_sec", True, baseline, None, what="throughput"
-    )
-    warnings.extend(scaling_notes)
+    columns = ["strategy", "workers", "runs", "samples_per_sec", "source"]
+    table = finish(rows, columns)
+    used = base
+    if used is None or not used.bases:
+        used, notes = base_rule.decide(table, "samples_per_sec", baseline, None, "throughput")
+        warnings.extend(notes)
+    table, notes = base_rule.apply(table, "samples_per_sec", True, used)
+    warnings.extend(notes)
     table["samples_per_sec_per_gpu"] = table["samples_per_sec"] / table["workers"]
     table = _add_estimates(table, perf)
     table = _add_verdict(table, perf, per_source["rates"], gpu, computation)
