@@ -34,6 +34,8 @@ def hand_report() -> Report:
             "std_epoch_time_s": [0.5, NAN, NAN],
             "speedup": [1.0, 1.6, 1.0],  # 12 / 7.5
             "efficiency": [1.0, 0.8, 1.0],  # 1.6 * 4 / 8
+            "base_strategy": ["ddp", "ddp", "deepspeed"],
+            "base_workers": [4.0, 4.0, 4.0],
             "speedup_ci_low": [1.0, NAN, NAN],  # the base: [1, 1]; one run: no interval
             "speedup_ci_high": [1.0, NAN, NAN],
             "efficiency_ci_low": [1.0, NAN, NAN],
@@ -47,6 +49,7 @@ def hand_report() -> Report:
             "runs": [2, 1],
             "energy_wh": [41.25, 44.0],
             "energy_wh_per_epoch": [13.75, NAN],
+            "energy_coverage": [1.0, 0.25],  # 8 workers, 2 measured: 44 Wh is an estimate (~)
             "utilization_pct": [93.5, 71.0],
             "avg_power_w": [250.0, 240.5],
         }
@@ -60,6 +63,8 @@ def hand_report() -> Report:
             "samples_per_sec_per_gpu": [100.0, 80.0],
             "speedup": [1.0, 1.6],
             "efficiency": [1.0, 0.8],
+            "base_strategy": ["ddp", "ddp"],
+            "base_workers": [4.0, 4.0],
             "est_samples_per_sec": [500.0, NAN],
             "achieved_fraction": [0.8, NAN],
             "input_bound": pd.Series([False, None], dtype="object"),
