@@ -209,3 +209,90 @@ def test_damaged_database_is_one_line_and_unchanged(scaling_sqlite: Store, tmp_p
     assert message.startswith((f"cannot read sqlite:///{db}: ", f"cannot open {db} as a database"))
     assert "malformed" in message
     assert _listing(db.parent) == before
+
+
+KILLED_WRITER = """
+import os, sqlite3, sys
+conn = sqlite3.connect(sys.argv[1], isolation_level=None)
+conn.execute("PRAGMA journal_mode=" + sys.argv[2])
+conn.execute("PRAGMA wal_autocheckpoint=0")
+conn.execute("PRAGMA cache_size=1")  # a rollback journal's pages reach the database early
+conn.execute("BEGIN")
+conn.execute("UPDATE metrics SET value = value + 1000 WHERE key = 'epoch_time_s'")
+if sys.argv[2] == "DELETE":  # a transaction too large for the cache, cut off mid-way
+    conn.execute("INSERT INTO tags (key, value, run_uuid) "
+                 "SELECT 'x' || rowid, randomblob(4000), run_uuid FROM metrics")
+else:
+    conn.execute("COMMIT")
+os.kill(os.getpid(), 9)
+"""
+
+
+def _killed_writer(db: Path, journal_mode: str) -> None:
+    """A writer SIGKILLed as `emulate` can be: WAL pages left in -wal, or a hot -journal."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(db), journal_mode])
+    assert done.returncode == -9
+
+
+@pytest.mark.parametrize("with_shm", [True, False], ids=["with-shm", "without-shm"])
+def test_wal_pages_in_a_read_only_folder_are_read_or_warned(
+    scaling_sqlite: Store, reference: Any, tmp_path: Path, with_shm: bool
+) -> None:
+    db = _copy_db(scaling_sqlite, tmp_path / "walro")
+    _killed_writer(db, "WAL")
+    if not with_shm:
+        Path(f"{db}-shm").unlink()
+    assert Path(f"{db}-wal").stat().st_size > 32
+    db.parent.chmod(0o555)
+    try:
+        before = _listing(db.parent)
+        data = _load(db)
+        assert _listing(db.parent) == before  # -shm included: read, never written
+    finally:
+        db.parent.chmod(0o755)
+    epochs = data.metrics[data.metrics["key"] == "epoch_time_s"]["value"].reset_index(drop=True)
+    logged = reference.metrics[reference.metrics["key"] == "epoch_time_s"]["value"]
+    stale = [w for w in data.warnings if "-wal may hold changes" in w]
+    if with_shm:  # the committed change is read through the -shm as it is
+        assert epochs.tolist() == (logged + 1000).tolist() and stale == []
+    else:  # it cannot be read without creating a -shm: the report says so
+        assert epochs.tolist() == logged.tolist()
+        assert stale == [
+            f"{db}-wal may hold changes that are not in mlflow.db yet; reading them needs a -shm "
+            "file beside it, which this report never creates: the report may miss the latest "
+            f"runs and points; open the store once with write access (e.g. sqlite3 {db} "
+            "'PRAGMA wal_checkpoint') to move them into the database"
+        ]
+
+
+@pytest.mark.parametrize("read_only_folder", [False, True], ids=["writable", "read-only"])
+def test_a_hot_journal_says_how_to_recover(
+    scaling_sqlite: Store, tmp_path: Path, read_only_folder: bool
+) -> None:
+    db = _copy_db(scaling_sqlite, tmp_path / "hot")
+    _killed_writer(db, "DELETE")
+    assert Path(f"{db}-journal").read_bytes()[:8] == bytes.fromhex("d9d505f920a163d7")
+    if read_only_folder:
+        db.parent.chmod(0o555)
+    try:
+        before = _listing(db.parent)
+        code, out, err = _report("--tracking-uri", f"sqlite:///{db}", "-e", "scaling", "-q")
+        assert _listing(db.parent) == before
+    finally:
+        db.parent.chmod(0o755)
+    assert (code, out) == (1, "")
+    assert err == (
+        f"Error: {db} has an unfinished transaction in mlflow.db-journal (a writer was killed "
+        "while writing); it must be rolled back before it can be read: open the store once "
+        f"with write access, e.g. sqlite3 {db} 'PRAGMA integrity_check', then run the report "
+        "again\n"
+    )
+    # the advice works: once rolled back, the store reads as before the killed transaction
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    conn.close()
+    data = _load(db)
+    assert not Path(f"{db}-journal").exists() and not data.runs.empty

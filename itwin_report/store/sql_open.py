@@ -66,33 +66,99 @@ def _is_wal(path: Path) -> bool:
     return len(header) == 20 and header[18] == 2 and header[19] == 2
 
 
-def sqlite_open_mode(path: Path) -> str:
-    """``ro`` or ``immutable``: how to open ``path`` without leaving or needing any file beside it.
+HOT_JOURNAL_MAGIC = bytes.fromhex("d9d505f920a163d7")  # a rollback journal still to be played back
+WAL_HEADER_BYTES = 32  # a -wal file no longer than its header holds no page
 
-    A WAL database needs a ``-shm`` file even to be read; unless a writer already keeps both
-    ``-wal`` and ``-shm`` there (then reading through them gives the latest data) it is read as
+
+def _hot_journal(path: Path) -> Path | None:
+    """The ``-journal`` file beside ``path`` when it holds a transaction left unfinished."""
+    journal = Path(f"{path}-journal")
+    try:
+        with journal.open("rb") as handle:
+            head = handle.read(len(HOT_JOURNAL_MAGIC))
+    except OSError:
+        return None
+    return journal if head == HOT_JOURNAL_MAGIC else None
+
+
+def _journal_error(path: Path, journal: Path) -> StoreError:
+    return StoreError(
+        f"{path} has an unfinished transaction in {journal.name} (a writer was killed while "
+        "writing); it must be rolled back before it can be read: open the store once with "
+        f"write access, e.g. sqlite3 {path} 'PRAGMA integrity_check', then run the report again"
+    )
+
+
+def _wal_pages(path: Path) -> bool:
+    """Whether the ``-wal`` file beside ``path`` may hold pages not yet in the database."""
+    try:
+        return Path(f"{path}-wal").stat().st_size > WAL_HEADER_BYTES
+    except OSError:
+        return False
+
+
+def sqlite_open_mode(path: Path) -> str:
+    """``ro``, ``ro-shm`` or ``immutable``: how to open ``path`` leaving no file beside it.
+
+    A WAL database needs a ``-shm`` file even to be read; unless ``-wal`` and ``-shm`` are
+    both there already (then reading through them gives the latest data) it is read as
     immutable, which is exact when no ``-wal`` file holds uncheckpointed pages. A database in a
-    directory that cannot be written is read as immutable too.
+    directory that cannot be written is read as immutable too, unless its ``-wal`` holds pages
+    and a ``-shm`` is there to read them through: ``ro-shm`` reads both without writing to
+    the ``-shm`` (SQLite's ``readonly_shm``).
     """
     wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+    both = wal.exists() and shm.exists()
     if not _writable(path.parent):
-        return "immutable"
-    if _is_wal(path) and not (wal.exists() and shm.exists()):
+        return "ro-shm" if _is_wal(path) and both and _wal_pages(path) else "immutable"
+    if _is_wal(path) and not both:
         return "immutable"
     return "ro"
+
+
+def _connect(path: Path, mode: str) -> tuple[sqlite3.Connection, str]:
+    """A checked connection and its URI filename; sqlite3.Error when it cannot be read."""
+    option = {"immutable": "immutable=1", "ro-shm": "mode=ro&readonly_shm=1"}.get(mode, "mode=ro")
+    url = f"file:{pathname2url(str(path.resolve()))}?{option}"
+    conn = sqlite3.connect(url, uri=True, check_same_thread=False)
+    try:
+        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+    except sqlite3.Error:
+        conn.close()
+        raise
+    return conn, url
 
 
 def _open_sqlite(uri: str) -> SqlReader:
     path = require_sqlite_file(uri)
     mode = sqlite_open_mode(path)
-    option = "immutable=1" if mode == "immutable" else "mode=ro"
-    url = f"file:{pathname2url(str(path.resolve()))}?{option}"
+    journal = _hot_journal(path)
+    if journal is not None and mode == "immutable":
+        raise _journal_error(path, journal)  # read as it is, it would be half written
+    warnings = []
     try:
-        conn = sqlite3.connect(url, uri=True, check_same_thread=False)
-        conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchall()
+        try:
+            conn, url = _connect(path, mode)
+        except sqlite3.Error:
+            if mode != "ro-shm":
+                raise
+            mode = "immutable"  # a -shm SQLite cannot read: without the -wal, with a warning
+            conn, url = _connect(path, mode)
     except sqlite3.Error as exc:
+        journal = _hot_journal(path)
+        if journal is not None:
+            raise _journal_error(path, journal) from None
         raise StoreError(f"cannot open {path} as a database: {exc}") from exc
-    return SqlReader(_sqlite_query(conn, mask_uri(uri)), uri, sqlite=conn, sqlite_url=url)
+    if mode == "immutable" and _wal_pages(path):
+        warnings.append(
+            f"{path}-wal may hold changes that are not in {path.name} yet; reading them needs "
+            "a -shm file beside it, which this report never creates: the report may miss the "
+            f"latest runs and points; open the store once with write access (e.g. sqlite3 "
+            f"{path} 'PRAGMA wal_checkpoint') to move them into the database"
+        )
+    reader = SqlReader(_sqlite_query(conn, mask_uri(uri)), uri, sqlite=conn, sqlite_url=url)
+    reader.warnings.extend(warnings)
+    return reader
 
 
 def _installed(module: str) -> bool:
