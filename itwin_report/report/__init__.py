@@ -12,6 +12,7 @@ from itwin_report.report.common import normalized
 from itwin_report.report.computation import computation_table
 from itwin_report.report.confidence import fastest_lines
 from itwin_report.report.epoch_time import epoch_time_table, run_means_table
+from itwin_report.report.gate import GateVerdict, evaluate
 from itwin_report.report.gpu import gpu_table
 from itwin_report.report.scaling_mode import MODES, decide, weak_efficiency
 from itwin_report.report.scaling_models import (
@@ -50,6 +51,7 @@ class Report:
     # why a table is empty or all unknown, for the plots' messages: {"computation": "..."}
     reasons: dict[str, str] = field(default_factory=dict)
     analysis: Analysis | None = None
+    gate: GateVerdict | None = None  # --fail-under-efficiency's verdict, when asked for
 
 
 @dataclass
@@ -77,6 +79,7 @@ def build_report(
     samples_per_epoch: float | None = None,
     scaling: str = "auto",
     predict_workers: list[int] | None = None,
+    gate: tuple[float, str] | None = None,
 ) -> Report:
     """Aggregate ``data`` into a :class:`Report`; raises ``ReportError`` on bad options.
 
@@ -111,7 +114,7 @@ def build_report(
     analysis = analyse(epoch, thr, runs, mode, note, predict_workers or [])
     series, config, w_series = rate_series(data, rate_config)
     notes = _baseline_notes(used, thr_used, not thr.empty)
-    return Report(
+    report = Report(
         experiment=data.experiment,
         tracking_uri=data.tracking_uri,
         warmup_epochs=warmup_epochs,
@@ -126,6 +129,9 @@ def build_report(
         reasons={} if no_gpu is None else {"computation": no_gpu},
         analysis=analysis,
     )
+    if gate is not None:
+        report.gate = evaluate(report, *gate)
+    return report
 
 
 def input_ceilings(epoch: pd.DataFrame, throughput: pd.DataFrame) -> dict[str, Ceiling]:

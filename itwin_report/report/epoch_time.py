@@ -67,15 +67,22 @@ def epoch_time_table(
 
 
 def _warmup_warnings(epochs: pd.DataFrame, kept: pd.DataFrame, warmup: int) -> list[str]:
-    """One warning per job whose epochs are all warm-up."""
+    """One warning naming the jobs whose epochs are all warm-up; one if no epoch has a step."""
     out = []
     gone = sorted(set(epochs["job_id"]) - set(kept["job_id"]))
-    for job in gone:
-        rows = epochs[epochs["job_id"] == job]
-        first = rows.iloc[0]
+    if gone:
+        first = epochs.drop_duplicates("job_id").set_index("job_id")
+        names = [
+            f"{job} ({label(first.at[job, 'strategy'], first.at[job, 'workers'])})" for job in gone
+        ]
         out.append(
-            f"run {job} ({label(first['strategy'], first['workers'])}): all {len(rows)} "
-            f"epoch(s) are within the {warmup} warm-up epoch(s); left out of epoch times"
+            f"{len(gone)} run(s) have all their epochs within the {warmup} warm-up epoch(s) and "
+            f"are left out of epoch times: {name_list(names)}"
+        )
+    if len(epochs) > len(set(epochs["job_id"])) and (epochs["step"] == 0).all():
+        out.append(
+            f"every {EPOCH_TIME} point has step 0: log it with step=epoch so that the warm-up "
+            "epochs can be told apart"
         )
     return out
 

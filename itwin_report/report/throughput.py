@@ -19,6 +19,7 @@ from itwin_report.report.common import (
     finish,
     label,
     lowest_rank_points,
+    name_list,
     points,
 )
 from itwin_report.report.epoch_time import after_warmup, epoch_points
@@ -255,6 +256,7 @@ def throughput_table(
         for s, f in per_source.items()
     }
     rows = []
+    missing: dict[str, list[str]] = {}  # why -> configurations without throughput
     all_configs = configurations(data.runs)
     for strategy in sorted({s for s, _ in all_configs}):
         configs = [c for c in all_configs if c[0] == strategy]
@@ -262,7 +264,8 @@ def throughput_table(
         warnings.extend(notes)
         for strategy_, workers in configs:
             if chosen is None or (strategy_, workers) not in coverage[chosen]:
-                warnings.append(_missing(data, strategy_, workers, source, missing_spe))
+                why = _missing(data, strategy_, workers, source, missing_spe)
+                missing.setdefault(why, []).append(label(strategy_, workers))
                 continue
             table = per_source[chosen]
             row = table[(table["strategy"] == strategy_) & (table["workers"] == workers)].iloc[0]
@@ -280,6 +283,7 @@ def throughput_table(
                     "source": name,
                 }
             )
+    warnings += [f"no throughput for {name_list(names)}: {why}" for why, names in missing.items()]
     columns = ["strategy", "workers", "runs", "samples_per_sec", "source"]
     table = finish(rows, columns)
     used = base
@@ -299,7 +303,7 @@ def throughput_table(
 def _missing(
     data: RunData, strategy: str, workers: int, source: str, missing_spe: dict[str, str]
 ) -> str:
-    """``no throughput for X: <what each source lacks>``."""
+    """What each source lacks for one configuration (the reason of a missing throughput)."""
     mine = data.runs[(data.runs["strategy"] == strategy) & (data.runs["workers"] == workers)]
     jobs = set(mine["job_id"])
     has_epochs = bool(epoch_points(data)["job_id"].isin(jobs).any())
@@ -315,11 +319,7 @@ def _missing(
     wanted = PREFERENCE if source == "auto" else (source,)
     hint = "" if source not in ("auto", "epochs") else "; --samples-per-epoch N states it"
     hint = hint if "samples_per_epoch" in lacks["epochs"] else ""
-    return (
-        f"no throughput for {label(strategy, workers)}: "
-        + ", ".join(lacks[s] for s in wanted)
-        + hint
-    )
+    return ", ".join(lacks[s] for s in wanted) + hint
 
 
 def _add_estimates(table: pd.DataFrame, perf: pd.DataFrame) -> pd.DataFrame:

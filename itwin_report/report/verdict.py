@@ -11,9 +11,11 @@ Evidence, each shown in the report when known:
 * the profiler's communication share of device time (all-reduce and other collectives);
 * how many workers' performance.json set ``suspected_input_bottleneck``.
 
-Rule: a configuration that reaches ACHIEVED_OK of its estimate is not input-bound. Below that it
-is input-bound when the GPU spends more time idle than in collectives (the lost time is waiting,
-not communicating); with no profiler data, when the idle share is at least IDLE_MIN. With no
+Rule: a configuration that reaches ACHIEVED_OK of its estimate is not input-bound. Below that,
+the workers' own flags decide when they logged any (a majority flagging input waits is
+input-bound: they measured it); without flags it is input-bound when the GPU spends more time
+idle than in collectives (the lost time is waiting, not communicating); with no profiler data,
+when the idle share is at least IDLE_MIN. With no
 estimate at all: the workers' flag majority together with an idle share of IDLE_MIN. ``None``
 when the evidence is not enough to decide.
 """
@@ -46,6 +48,8 @@ def decide(
         return 2 * flagged > flag_total and idle >= IDLE_MIN
     if level >= ACHIEVED_OK:
         return False
+    if flag_total > 0:
+        return 2 * flagged > flag_total  # the workers measured their own input waits
     if _known(idle) and _known(comm):
         return idle > comm
     if _known(idle):
