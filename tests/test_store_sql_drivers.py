@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import socket
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -80,3 +82,49 @@ def test_missing_driver_module(uri: str, module: str | None) -> None:
         )
     else:  # an unknown dialect, or a driver that is there and finds no host "h"
         assert message.startswith(f"cannot connect to {masked}: ")
+
+
+@pytest.fixture(scope="module")
+def password_database(postgres: Any) -> str:
+    """A database of a role that must log in with its password ('right-pw'); its URI
+    (socket folder in the query) with the password left out."""
+    import psycopg
+
+    admin = postgres("passworded")
+    with psycopg.connect(admin, autocommit=True) as conn:
+        hba = Path(str(conn.execute("SHOW hba_file").fetchone()[0]))  # type: ignore[index]
+        conn.execute("CREATE ROLE alice LOGIN PASSWORD 'right-pw'")
+        conn.execute('ALTER DATABASE "passworded" OWNER TO alice')
+        hba.write_text("local all alice scram-sha-256\n" + hba.read_text())
+        conn.execute("SELECT pg_reload_conf()")
+    return admin.replace("postgresql://postgres:@", "postgresql://alice:{password}@", 1)
+
+
+@pytest.mark.postgres
+def test_emulate_into_postgres_with_a_wrong_password_fails_at_once(
+    password_database: str, tmp_path: Path
+) -> None:
+    """One line within seconds, not MLflow's minutes of retries and warnings."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    uri = password_database.format(password="Wrong-pw-4242")
+    cmd = [sys.executable, "-m", "itwin_report", "emulate", "--tracking-uri", uri,
+           "--workers", "2", "--repeats", "1"]  # fmt: skip
+    started = time.monotonic()
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"}
+    )
+    took = time.monotonic() - started
+    assert done.returncode == 1 and done.stdout == ""
+    masked = uri.replace("Wrong-pw-4242", "***")
+    assert done.stderr.startswith(f"Error: cannot connect to {masked}: connection failed: ")
+    assert done.stderr.endswith('password authentication failed for user "alice"\n')
+    assert done.stderr.count("\n") == 1 and "Wrong-pw-4242" not in done.stderr
+    assert took < 30, took  # the README's promise; it took 106-117 s before
+    # the right password goes through the same check and writes the runs
+    right = password_database.format(password="right-pw")
+    done = subprocess.run([*cmd[:5], right, *cmd[6:]], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr

@@ -143,3 +143,8 @@ def check_reachable(uri: str) -> None:
     else:
         default = SQL_PORTS.get(parts.scheme.split("+", 1)[0], 5432)
     _tcp_probe(uri, parts.hostname, port or default)
+    if kind == SQL:
+        # MLflow retries a refused login for minutes, one warning per try: log in once first
+        from itwin_report.store.sql_open import check_login
+
+        check_login(uri)

@@ -180,13 +180,23 @@ def engine_url(uri: str, installed: Callable[[str], bool] = _installed) -> str:
     raise StoreError(f"reading PostgreSQL needs a database driver: {POSTGRES_EXTRA}")
 
 
-def _open_sqlalchemy(uri: str) -> SqlReader:
+def _driver_error(exc: BaseException) -> str:
+    """The first line of a database error, from the driver's own exception when wrapped."""
+    return first_line(getattr(exc, "orig", None) or exc)
+
+
+def _connect_sql(uri: str) -> tuple[Any, Any, bool]:
+    """(engine, connection, is PostgreSQL) for a SQL URI; StoreError when it cannot connect.
+
+    PostgreSQL and MySQL are given a connect timeout of :data:`CONNECT_TIMEOUT_S`.
+    """
     import sqlalchemy
 
     where = mask_uri(uri)
     url = engine_url(uri)
     postgres = url.lower().startswith("postgresql")
-    connect_args = {"connect_timeout": CONNECT_TIMEOUT_S} if postgres else {}
+    timeout = postgres or url.lower().startswith("mysql")
+    connect_args = {"connect_timeout": CONNECT_TIMEOUT_S} if timeout else {}
     try:
         engine = sqlalchemy.create_engine(url, connect_args=connect_args)
         conn = engine.connect()
@@ -194,7 +204,23 @@ def _open_sqlalchemy(uri: str) -> SqlReader:
         hint = POSTGRES_EXTRA if postgres else f"pip install {exc.name or 'the driver'}"
         raise StoreError(f"the database driver for {where} is not installed: {hint}") from None
     except Exception as exc:  # sqlalchemy's and the driver's errors alike
-        raise StoreError(f"cannot connect to {where}: {first_line(exc)}") from None
+        raise StoreError(f"cannot connect to {where}: {_driver_error(exc)}") from None
+    return engine, conn, postgres
+
+
+def check_login(uri: str) -> None:
+    """Log in to a SQL database once and leave: a wrong password or a missing database fails
+    here within seconds, with the driver's one-line reason (StoreError)."""
+    engine, conn, _ = _connect_sql(uri)
+    conn.close()
+    engine.dispose()
+
+
+def _open_sqlalchemy(uri: str) -> SqlReader:
+    import sqlalchemy
+
+    where = mask_uri(uri)
+    engine, conn, postgres = _connect_sql(uri)
     if postgres:
         conn.execute(sqlalchemy.text("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"))
 
@@ -204,7 +230,7 @@ def _open_sqlalchemy(uri: str) -> SqlReader:
         except Exception as exc:  # sqlalchemy's and the driver's errors alike
             with contextlib.suppress(Exception):  # the connection may be gone: say why below
                 conn.rollback()  # a failed statement aborts the transaction in PostgreSQL
-            raise StoreError(f"cannot read {where}: {first_line(exc)}") from None
+            raise StoreError(f"cannot read {where}: {_driver_error(exc)}") from None
 
     def close() -> None:
         conn.close()
