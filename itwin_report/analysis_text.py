@@ -66,6 +66,7 @@ def json_fields(report: Report) -> dict[str, Any]:
         "model_summary": [mask_text(line) for line in a.model_lines],
         "predictions": _records(a.predictions),
         "prediction_notes": [mask_text(line) for line in a.prediction_notes],
+        "efficiency_note": mask_text(a.efficiency_note),
     }
 
 
@@ -162,7 +163,8 @@ def sentences(report: Report) -> list[str]:
         for n in a.prediction_notes
         if not any(n.startswith(f"no prediction for {s}: ") for s in unfitted)
     ]
-    return [a.scaling_note, *a.fastest, *a.model_lines, *notes]
+    gap = [a.efficiency_note] if a.efficiency_note else []
+    return [a.scaling_note, *a.fastest, *a.model_lines, *notes, *gap]
 
 
 TableParts = tuple[str, str, list[str], list[list[str]], list[bool], str]

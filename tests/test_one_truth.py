@@ -215,7 +215,7 @@ def test_predictions_are_capped_by_a_measured_input_ceiling(tmp_path: Path) -> N
     floor = min(_t(truth, ("torch-ddp", w)) for w in bound)
     for p in report["predictions"]:
         assert p["avg_epoch_time_s"] is not None, p["note"]
-        assert p["note"].startswith("capped by the input pipeline at ~")
+        assert p["note"].startswith("capped by the input pipeline: input-bound from ")
         # never below the measured floor, and the truth at 64 and 128 is that floor
         assert p["avg_epoch_time_s"] == pytest.approx(floor, rel=0.05)
         assert not math.isnan(p["speedup"])

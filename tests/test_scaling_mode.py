@@ -124,7 +124,7 @@ def test_weak_scaling_through_the_command(tmp_path: Path) -> None:
 def test_predict_option_validation() -> None:
     result = cli_runner().invoke(main, ["generate-scalability-report", "--predict", "64,x"])
     assert result.exit_code == 2
-    assert "expected positive worker counts" in result.stderr
+    assert "expected worker counts from 1 to" in result.stderr
 
 
 def test_emulated_weak_scaling_is_detected_and_matches_the_truth(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from itwin_report.report import Report
 
+
 def _cell(table: str, column: str, row: dict[str, Any]) -> str:
     """``row[column]`` as the table shows it, ``~`` marking an estimate."""
     return SPECS[table].column(column).cell(row)
@@ -121,17 +122,27 @@ def fastest_sentences(report: Report) -> list[str]:
 
 
 def efficiency_sentences(report: Report) -> list[str]:
-    """Each strategy's parallel efficiency at its largest worker count."""
+    """Each strategy's epoch-time (and end-to-end throughput) efficiency at its largest count."""
     out = []
+    thr = {(r["strategy"], r["workers"]): r for r in _records(report.throughput)}
     for rec in _largest(report.epoch_time, "efficiency"):
         base = base_of(rec)
         base_txt = f" over {_config(base)}" if base is not None else ""
+        other = thr.get((rec["strategy"], rec["workers"]))
+        thr_txt = ""
+        if other is not None and _known(other["efficiency"]):
+            thr_txt = (
+                f"; end-to-end throughput efficiency "
+                f"{_fmt('throughput', 'efficiency', other['efficiency'])}"
+            )
         out.append(
             f"{rec['strategy']} reaches "
-            f"{_fmt('epoch_time', 'efficiency', rec['efficiency'])} parallel efficiency at "
+            f"{_fmt('epoch_time', 'efficiency', rec['efficiency'])} epoch-time efficiency at "
             f"{int(rec['workers'])} workers (speedup "
-            f"{_fmt('epoch_time', 'speedup', rec['speedup'])}{base_txt})."
+            f"{_fmt('epoch_time', 'speedup', rec['speedup'])}{base_txt}{thr_txt})."
         )
+    if report.analysis is not None and report.analysis.efficiency_note:
+        out.append(report.analysis.efficiency_note)
     return out
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from math import nan
 
 import pandas as pd
 
 from itwin_report.errors import ReportError
 from itwin_report.report.baseline import AUTO, BASELINES, Baseline
-from itwin_report.report.common import normalized
+from itwin_report.report.common import name_list, normalized
 from itwin_report.report.computation import computation_table
 from itwin_report.report.confidence import fastest_lines
 from itwin_report.report.epoch_time import epoch_time_table, run_means_table
@@ -68,6 +69,7 @@ class Analysis:
     predictions: pd.DataFrame
     prediction_notes: list[str]
     fits: list[StrategyModels] = field(default_factory=list)
+    efficiency_note: str = ""  # why the two efficiencies differ, when they do beyond noise
 
 
 def build_report(
@@ -111,7 +113,8 @@ def build_report(
     thr, w_thr, thr_used = throughput_table(
         data, gpu, comp, warmup_epochs, throughput_source, baseline, samples_per_epoch, used
     )
-    analysis = analyse(epoch, thr, runs, mode, note, predict_workers or [])
+    analysis = analyse(epoch, thr, runs, mode, note, predict_workers or [], _samples(data))
+    analysis.efficiency_note = efficiency_gap(epoch, thr)
     series, config, w_series = rate_series(data, rate_config)
     notes = _baseline_notes(used, thr_used, not thr.empty)
     report = Report(
@@ -134,9 +137,45 @@ def build_report(
     return report
 
 
-def input_ceilings(epoch: pd.DataFrame, throughput: pd.DataFrame) -> dict[str, Ceiling]:
+def _samples(data: RunData) -> dict[str, float]:
+    """Per strategy: its runs' samples per epoch, when every run that logged it agrees."""
+    jobs = data.runs.drop_duplicates("job_id").dropna(subset=["samples_per_epoch"])
+    out = {}
+    for strategy, group in jobs.groupby("strategy"):
+        values = group["samples_per_epoch"].to_numpy(dtype=float)
+        if len(values) and values.max() - values.min() <= 0.01 * values.mean():
+            out[str(strategy)] = float(values.mean())
+    return out
+
+
+def efficiency_gap(epoch: pd.DataFrame, throughput: pd.DataFrame) -> str:
+    """One sentence naming the configurations whose end-to-end throughput efficiency lies
+    outside the 95 % interval of their epoch-time efficiency (empty when none does)."""
+    if epoch.empty or throughput.empty:
+        return ""
+    both = epoch.merge(throughput, on=["strategy", "workers"], suffixes=("", "_thr"))
+    gaps = [
+        f"{r['strategy']}-{int(r['workers'])} ({100 * r['efficiency']:.1f} % vs "
+        f"{100 * r['efficiency_thr']:.1f} %)"
+        for r in both.to_dict("records")
+        if r["efficiency_ci_low"] == r["efficiency_ci_low"]
+        and not r["efficiency_ci_low"] <= r["efficiency_thr"] <= r["efficiency_ci_high"]
+    ]
+    if not gaps:
+        return ""
+    return (
+        "Epoch-time and end-to-end throughput efficiency differ beyond the 95 % interval for "
+        f"{name_list(gaps)}: throughput is measured over the whole run, so it also pays for "
+        "set-up, validation and checkpoints, which epoch times after warm-up leave out."
+    )
+
+
+def input_ceilings(
+    epoch: pd.DataFrame, throughput: pd.DataFrame, samples: dict[str, float] | None = None
+) -> dict[str, Ceiling]:
     """Per strategy with an input-bound configuration: from its smallest input-bound worker
-    count on, the epoch time cannot drop below the fastest measured there."""
+    count on, the epoch time cannot drop below the fastest measured there. The ceiling's rate
+    is samples per epoch / that time (NaN when the samples per epoch are unknown)."""
     out: dict[str, Ceiling] = {}
     if throughput.empty:
         return out
@@ -147,9 +186,8 @@ def input_ceilings(epoch: pd.DataFrame, throughput: pd.DataFrame) -> dict[str, C
         times = mine["avg_epoch_time_s"].dropna()
         if times.empty:
             continue
-        out[str(strategy)] = Ceiling(
-            start, float(times.min()), float(rows["samples_per_sec"].max())
-        )
+        floor = float(times.min())
+        out[str(strategy)] = Ceiling(start, floor, (samples or {}).get(str(strategy), nan) / floor)
     return out
 
 
@@ -160,13 +198,14 @@ def analyse(
     mode: str,
     note: str,
     targets: list[int],
+    samples: dict[str, float] | None = None,
 ) -> Analysis:
     """Fastest-strategy statements, model fits (strong scaling only) and predictions.
 
     Input-bound configurations are left out of the fits (their time is the input pipeline's,
     not the model's) and bound the predictions from below.
     """
-    ceilings = input_ceilings(epoch, throughput) if mode == "strong" else {}
+    ceilings = input_ceilings(epoch, throughput, samples) if mode == "strong" else {}
     bound = {(s, c.workers) for s, c in ceilings.items()}
     exclude = {
         (str(s), int(w))

@@ -418,9 +418,12 @@ def _one_prediction(sm: StrategyModels, w: float, cap: Ceiling | None) -> dict:
     nan = math.nan
     note = ""
     if cap is not None:
+        rate = (
+            f", ~{cap.samples_per_sec:.0f} samples/s" if math.isfinite(cap.samples_per_sec) else ""
+        )
         note = (
-            f"capped by the input pipeline at ~{cap.samples_per_sec:.0f} samples/s "
-            f"(input-bound from {cap.workers} workers)"
+            f"capped by the input pipeline: input-bound from {cap.workers} workers, epochs no "
+            f"faster than measured there ({cap.floor_s:.2f} s{rate})"
         )
     capped = cap is not None and w >= cap.workers
     if sm.chosen is None:
