@@ -1,12 +1,21 @@
 """Compare two reports configuration by configuration and find regressions (pure functions).
 
 A side is a saved JSON report (``--format json``) or a freshly built :class:`Report`; both are
-reduced to the same :class:`Side`. A change is a *regression* when it is for the worse by more
-than ``max_regression`` (relative) and, where per-run values exist, beyond noise:
+reduced to the same :class:`Side`. Every number read from a side must lie in the range the
+loader accepts for it (:mod:`itwin_report.validate`); a value outside is left out with a warning.
+
+What is compared, per configuration (strategy, workers): the mean epoch time, the parallel
+efficiency computed from epoch time (the epoch-time table's, not the throughput table's), the
+throughput in samples/s and the GPU energy per epoch. A change is a *regression* when it is for
+the worse by more than ``max_regression`` (relative) and, where per-run values exist, beyond
+noise:
 
 * epoch time: Welch's t-test on the per-run mean epoch times (``|t| > t(0.975, df)``);
-* efficiency: the two 95 % intervals do not overlap;
+* epoch-time efficiency: the two 95 % intervals do not overlap;
 * throughput and energy per epoch: no per-run values are kept, the threshold alone decides.
+
+A configuration of the baseline that the current report lacks fails the comparison too, unless
+missing configurations are allowed.
 """
 
 from __future__ import annotations
@@ -15,28 +24,65 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from itwin_report.errors import DataError, ReportError
+from itwin_report.errors import DataError, NothingMeasured, RegressionFound, ReportError
+from itwin_report.validate import MAX_WORKERS, NON_NEGATIVE, POSITIVE, SECONDS, Range
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from itwin_report.report import Report
 
-# name, table, column, unit, higher is better
-METRICS: tuple[tuple[str, str, str, str, bool], ...] = (
-    ("epoch_time", "epoch_time", "avg_epoch_time_s", "s", False),
-    ("efficiency", "epoch_time", "efficiency", "", True),
-    ("throughput", "throughput", "samples_per_sec", "samples/s", True),
-    ("energy_per_epoch", "gpu", "energy_wh_per_epoch", "Wh", False),
+
+class Metric(NamedTuple):
+    """One compared quantity: where a report holds it, and its valid range."""
+
+    name: str  # the key in the comparison's JSON
+    words: str  # how lines name it
+    table: str
+    columns: tuple[str, ...]  # the first present is read (newer name first, then older ones)
+    unit: str
+    higher_is_better: bool
+    valid: Range
+
+
+EFFICIENCY = ("epoch_time_efficiency", "efficiency")  # newer column name first, then older
+METRICS: tuple[Metric, ...] = (
+    Metric("epoch_time", "epoch time", "epoch_time", ("avg_epoch_time_s",), "s", False, SECONDS),
+    Metric(
+        name="epoch_time_efficiency",
+        words="epoch-time efficiency",
+        table="epoch_time",
+        columns=EFFICIENCY,
+        unit="",
+        higher_is_better=True,
+        valid=POSITIVE,
+    ),
+    Metric(
+        name="throughput",
+        words="throughput",
+        table="throughput",
+        columns=("samples_per_sec",),
+        unit="samples/s",
+        higher_is_better=True,
+        valid=NON_NEGATIVE,
+    ),
+    Metric(
+        name="energy_per_epoch",
+        words="energy per epoch",
+        table="gpu",
+        columns=("energy_wh_per_epoch",),
+        unit="Wh",
+        higher_is_better=False,
+        valid=NON_NEGATIVE,
+    ),
 )
-LABELS = {
-    "epoch_time": "Epoch time",
-    "efficiency": "Efficiency",
-    "throughput": "Throughput",
-    "energy_per_epoch": "Energy per epoch",
-}
+BY_NAME = {m.name: m for m in METRICS}
+# metric names of comparisons written before the efficiency was named after its source
+OLD_NAMES = {"efficiency": "epoch_time_efficiency"}
+EFFICIENCY_CI = ("epoch_time_efficiency_ci", "efficiency_ci")
+RUN_TIME = "avg_epoch_time_s"
 COLUMNS = [
     "strategy",
     "workers",
@@ -49,8 +95,22 @@ COLUMNS = [
     "beyond_noise",
     "regression",
 ]
+MAX_LISTED = 5
 
 Config = tuple[str, int]
+
+
+def label(metric: str) -> str:
+    """The metric's name as a table shows it, as the report's header does: ``Efficiency (epoch
+    time)``."""
+    if OLD_NAMES.get(metric, metric) == "epoch_time_efficiency":
+        return "Efficiency (epoch time)"
+    words = BY_NAME[metric].words
+    return words[0].upper() + words[1:]
+
+
+def config_name(key: Config) -> str:
+    return f"{key[0]}-{key[1]}"
 
 
 @dataclass
@@ -58,56 +118,195 @@ class Side:
     """What a comparison needs of one report."""
 
     name: str
-    values: dict[str, dict[Config, float]]  # metric -> configuration -> value
+    values: dict[str, dict[Config, float]]  # metric -> configuration -> value (NaN: none)
     runs: dict[Config, list[float]] = field(default_factory=dict)  # per-run mean epoch times
     efficiency_ci: dict[Config, tuple[float, float]] = field(default_factory=dict)
+    configurations: set[Config] = field(default_factory=set)  # rows of the epoch-time table
+    warnings: list[str] = field(default_factory=list)
 
 
-def _number(value: Any) -> float:
+# ---------------------------------------------------------------- reading a side
+
+
+def _in_range(valid: Range, value: float) -> bool:
+    import pandas as pd
+
+    return bool(valid.ok(pd.Series([value], dtype="float64"))[0])
+
+
+def _shown(value: object) -> str:
+    """A value read from a file, short: ``-5``, ``1e-310``, ``inf``, ``'abc'``."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    text = repr(value)
+    return text if len(text) <= 24 else text[:21] + "..."
+
+
+def _number(value: object, where: str) -> float:
+    """A JSON number as a float (too large: inf); DataError for anything else."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise DataError(f"{where} is not a number: {_shown(value)}")
     try:
-        out = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return out
+        return float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return math.inf if value > 0 else -math.inf
 
 
-def side_from_dict(report: dict[str, Any], name: str) -> Side:
-    """A side from a JSON report object; DataError when it is not one."""
+class _Reader:
+    """Reads one side's rows, collecting what is out of range for one warning."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.problems: list[str] = []
+
+    def rows(self, report: dict[str, Any], table: str) -> list[tuple[str, dict[str, Any]]]:
+        rows = report.get(table)
+        if rows is None:
+            return []
+        if not isinstance(rows, list):
+            raise DataError(f"{self.name}: malformed JSON report ({table} is not a list)")
+        out = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, dict):
+                raise DataError(
+                    f"{self.name}: malformed JSON report ({table}[{i}] is not an object)"
+                )
+            out.append((f"{table}[{i}]", row))
+        return out
+
+    def config(self, where: str, row: dict[str, Any]) -> Config | None:
+        """The row's (strategy, workers); None, with a problem noted, when out of range."""
+        strategy, workers = row.get("strategy"), row.get("workers")
+        if not isinstance(strategy, str):
+            raise DataError(f"{self.name}: malformed JSON report ({where}: strategy is not text)")
+        number = self.number(f"{where} workers", workers)
+        if not (math.isfinite(number) and number.is_integer()):
+            raise DataError(
+                f"{self.name}: malformed JSON report ({where}: workers {_shown(workers)} "
+                "is not an integer)"
+            )
+        if not 1 <= number <= MAX_WORKERS:
+            self.problems.append(f"{where} workers {_shown(workers)} (not 1..{MAX_WORKERS:,})")
+            return None
+        if not strategy.strip():
+            self.problems.append(f"{where} strategy blank")
+            return None
+        return strategy.strip(), int(number)
+
+    def number(self, where: str, value: object) -> float:
+        try:
+            return _number(value, where)
+        except DataError as exc:
+            raise DataError(f"{self.name}: malformed JSON report ({exc})") from None
+
+    def value(
+        self, where: str, row: dict[str, Any], columns: tuple[str, ...], valid: Range
+    ) -> float:
+        """The first present column's value; NaN when absent, null or out of ``valid``."""
+        column = next((c for c in columns if row.get(c) is not None), None)
+        if column is None:
+            return math.nan
+        raw = row[column]
+        number = self.number(f"{where} {column}", raw)
+        if not _in_range(valid, number):
+            self.problems.append(f"{where} {column} {_shown(raw)} (not {valid})")
+            return math.nan
+        return number
+
+    def interval(self, where: str, row: dict[str, Any]) -> tuple[float, float] | None:
+        column = next((c for c in EFFICIENCY_CI if row.get(c) is not None), None)
+        if column is None:
+            return None
+        pair = row[column]
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise DataError(f"{self.name}: malformed JSON report ({where} {column} is not a pair)")
+        if any(v is None for v in pair):
+            return None
+        low, high = (self.number(f"{where} {column}", v) for v in pair)
+        if not (_in_range(POSITIVE, low) and _in_range(POSITIVE, high) and low <= high):
+            self.problems.append(f"{where} {column} [{_shown(pair[0])}, {_shown(pair[1])}]")
+            return None
+        return low, high
+
+    def warning(self) -> list[str]:
+        """One line naming every value left out (the first few, then a count)."""
+        if not self.problems:
+            return []
+        shown = "; ".join(self.problems[:MAX_LISTED])
+        more = len(self.problems) - MAX_LISTED
+        tail = f"; and {more} more" if more > 0 else ""
+        return [
+            f"{self.name}: left out {len(self.problems)} value(s) outside their valid range: "
+            f"{shown}{tail}"
+        ]
+
+
+def side_from_dict(report: object, name: str) -> Side:
+    """A side from a JSON report object; DataError when it is not one.
+
+    Values outside their valid range are left out (with one warning in ``Side.warnings``);
+    a row whose configuration is out of range is left out whole.
+    """
     if not isinstance(report, dict) or not isinstance(report.get("epoch_time"), list):
         raise DataError(f"{name}: not a JSON report of itwin-report (no epoch_time table)")
-    values: dict[str, dict[Config, float]] = {}
-    ci: dict[Config, tuple[float, float]] = {}
-    try:
-        for metric, table, column, _, _ in METRICS:
-            values[metric] = {
-                (str(row["strategy"]), int(row["workers"])): _number(row.get(column))
-                for row in report.get(table) or []
-            }
-        for row in report["epoch_time"]:
-            low_high = row.get("efficiency_ci") or [None, None]
-            ci[(str(row["strategy"]), int(row["workers"]))] = (
-                _number(low_high[0]),
-                _number(low_high[1]),
-            )
-        runs: dict[Config, list[float]] = {}
-        for row in report.get("runs") or []:
-            key = (str(row["strategy"]), int(row["workers"]))
-            runs.setdefault(key, []).append(_number(row["avg_epoch_time_s"]))
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
-        raise DataError(f"{name}: malformed JSON report ({type(exc).__name__}: {exc})") from None
-    return Side(name, values, runs, ci)
+    reader = _Reader(name)
+    side = Side(name, {m.name: {} for m in METRICS})
+    rows: dict[str, list[tuple[str, Config, dict[str, Any]]]] = {}
+    for table in ("epoch_time", "throughput", "gpu", "runs"):
+        kept = rows.setdefault(table, [])
+        seen: set[Config] = set()
+        for where, row in reader.rows(report, table):
+            key = reader.config(where, row)
+            if key is None:
+                continue
+            if table != "runs" and key in seen:
+                reader.problems.append(f"{where} repeats {config_name(key)}")
+                continue
+            seen.add(key)
+            kept.append((where, key, row))
+    for metric in METRICS:
+        for where, key, row in rows[metric.table]:
+            side.values[metric.name][key] = reader.value(where, row, metric.columns, metric.valid)
+    for where, key, row in rows["epoch_time"]:
+        side.configurations.add(key)
+        interval = reader.interval(where, row)
+        if interval is not None:
+            side.efficiency_ci[key] = interval
+    for where, key, row in rows["runs"]:
+        value = reader.value(where, row, (RUN_TIME,), SECONDS)
+        if not math.isnan(value):
+            side.runs.setdefault(key, []).append(value)
+    side.warnings = reader.warning()
+    return side
 
 
 def load_side_file(path: Path) -> Side:
-    """A side from a saved JSON report file."""
+    """A side from a saved JSON report file; DataError naming the file when it is not one."""
+    from itwin_report.emulator.target import SQLITE_MAGIC
+    from itwin_report.performance import parse_json
+
     try:
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except OSError as exc:
-        raise ReportError(f"cannot read {path}: {exc.strerror}") from None
+        raise ReportError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if raw.startswith(SQLITE_MAGIC):
+        raise DataError(
+            f"{path} is an SQLite database, not a saved JSON report; to compare an experiment "
+            f"of it, name the experiment and pass --tracking-uri sqlite:///{path}"
+        )
     try:
-        report = json.loads(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataError(
+            f"{path}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at offset {exc.start}); "
+            "save reports with --format json"
+        ) from None
+    try:
+        report = parse_json(text)
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from None
+    except ValueError as exc:
+        raise DataError(f"{path}: not valid JSON ({exc})") from None
     return side_from_dict(report, str(path))
 
 
@@ -116,6 +315,35 @@ def side_from_report(report: Report, name: str) -> Side:
     from itwin_report.render import report_to_dict
 
     return side_from_dict(json.loads(json.dumps(report_to_dict(report))), name)
+
+
+# ---------------------------------------------------------------- comparing
+
+
+@dataclass
+class Comparison:
+    """The rows compared (:data:`COLUMNS`), what could not be compared, and the settings."""
+
+    table: pd.DataFrame
+    baseline: Side
+    current: Side
+    max_regression: float
+    allow_missing: bool = False
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def missing(self) -> list[Config]:
+        """Configurations of the baseline that the current report lacks."""
+        return sorted(self.baseline.configurations - self.current.configurations)
+
+    @property
+    def added(self) -> list[Config]:
+        """Configurations only the current report has."""
+        return sorted(self.current.configurations - self.baseline.configurations)
+
+    @property
+    def all_warnings(self) -> list[str]:
+        return [*self.baseline.warnings, *self.current.warnings, *self.warnings]
 
 
 def _worse(change: float, higher_is_better: bool) -> float:
@@ -131,34 +359,47 @@ def _noise(metric: str, key: Config, baseline: Side, current: Side) -> tuple[str
         a, b = baseline.runs.get(key, []), current.runs.get(key, [])
         if len(a) >= 2 and len(b) >= 2:
             return "welch", welch_test(a, b)[2]
-    if metric == "efficiency":
+    if metric == "epoch_time_efficiency":
         a_ci, b_ci = baseline.efficiency_ci.get(key), current.efficiency_ci.get(key)
-        if a_ci and b_ci and not any(math.isnan(v) for v in (*a_ci, *b_ci)):
+        if a_ci and b_ci:
             return "intervals", separate(a_ci, b_ci)
     return "none", None
 
 
-def compare(baseline: Side, current: Side, max_regression: float = 0.05) -> pd.DataFrame:
-    """One row per (configuration, metric) present on both sides, with the verdict."""
+def check_max_regression(max_regression: float) -> None:
+    if not (math.isfinite(max_regression) and max_regression >= 0):
+        raise ReportError(f"max_regression must be a finite number >= 0, got {max_regression}")
+
+
+def compare_sides(
+    baseline: Side, current: Side, max_regression: float = 0.05, allow_missing: bool = False
+) -> Comparison:
+    """Every metric of every configuration measured on both sides, with its verdict.
+
+    A pair whose relative change is not a finite number (a baseline of 0, or a ratio too large
+    for a float) is left out with a warning.
+    """
     import pandas as pd
 
-    if max_regression < 0:
-        raise ReportError(f"--max-regression must be >= 0, got {max_regression}")
-    rows = []
-    for metric, _, _, _, higher in METRICS:
-        a_vals, b_vals = baseline.values.get(metric, {}), current.values.get(metric, {})
+    check_max_regression(max_regression)
+    rows, skipped = [], []
+    for metric in METRICS:
+        a_vals, b_vals = baseline.values.get(metric.name, {}), current.values.get(metric.name, {})
         for key in sorted(set(a_vals) & set(b_vals)):
             a, b = a_vals[key], b_vals[key]
-            if math.isnan(a) or math.isnan(b) or a == 0:
+            if math.isnan(a) or math.isnan(b):
                 continue
-            change = b / a - 1.0
-            worse = _worse(change, higher) > max_regression
-            test, beyond = _noise(metric, key, baseline, current)
+            change = b / a - 1.0 if a != 0 else math.inf
+            if not math.isfinite(change):
+                skipped.append(f"{config_name(key)} {metric.words} ({a:g} -> {b:g})")
+                continue
+            worse = _worse(change, metric.higher_is_better) > max_regression
+            test, beyond = _noise(metric.name, key, baseline, current)
             rows.append(
                 {
                     "strategy": key[0],
                     "workers": key[1],
-                    "metric": metric,
+                    "metric": metric.name,
                     "baseline": a,
                     "current": b,
                     "change": change,
@@ -168,29 +409,73 @@ def compare(baseline: Side, current: Side, max_regression: float = 0.05) -> pd.D
                     "regression": bool(worse and beyond is not False),
                 }
             )
-    return pd.DataFrame(rows, columns=COLUMNS)
+    warnings = []
+    if skipped:
+        more = len(skipped) - MAX_LISTED
+        tail = f"; and {more} more" if more > 0 else ""
+        warnings.append(
+            f"not compared, the relative change is not a finite number: "
+            f"{'; '.join(skipped[:MAX_LISTED])}{tail}"
+        )
+    table = pd.DataFrame(rows, columns=COLUMNS)
+    return Comparison(table, baseline, current, max_regression, allow_missing, warnings)
 
 
-def only_on_one_side(baseline: Side, current: Side) -> list[str]:
-    """Lines naming the configurations measured on one side only."""
-    a = set(baseline.values.get("epoch_time", {}))
-    b = set(current.values.get("epoch_time", {}))
-    out = [f"only in the baseline: {s}-{w}" for s, w in sorted(a - b)]
-    return out + [f"only in the current report: {s}-{w}" for s, w in sorted(b - a)]
+def compare(baseline: Side, current: Side, max_regression: float = 0.05) -> pd.DataFrame:
+    """The rows of :func:`compare_sides` alone."""
+    return compare_sides(baseline, current, max_regression).table
 
 
 def regressions(table: pd.DataFrame) -> list[str]:
     """``strategy-workers metric (+x %)`` for every regression row."""
     return [
-        f"{r['strategy']}-{r['workers']} {LABELS[r['metric']].lower()} ({r['change']:+.1%})"
+        f"{r['strategy']}-{r['workers']} {BY_NAME[r['metric']].words} ({r['change']:+.1%})"
         for r in _records(table)
         if r["regression"]
     ]
 
 
+def compared_words(table: pd.DataFrame) -> str:
+    """``epoch time, epoch-time efficiency and throughput``: what the rows compare (all the
+    metrics when there is no row)."""
+    present = set(table["metric"]) if len(table) else {m.name for m in METRICS}
+    words = [m.words for m in METRICS if m.name in present]
+    return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def gate_error(result: Comparison) -> ReportError | None:
+    """What fails the comparison, as the error to raise; None when it passes.
+
+    :class:`RegressionFound` (exit 4) for a regression, or for configurations of the baseline the
+    current report lacks unless they are allowed; :class:`NothingMeasured` (exit 5) when no
+    configuration was compared at all.
+    """
+    parts = []
+    found = [safe_name(r) for r in regressions(result.table)]
+    threshold = f"{result.max_regression:.0%}"
+    if found:
+        parts.append(f"regression beyond {threshold} and noise: " + ", ".join(found))
+    if result.missing and not result.allow_missing:
+        names = ", ".join(safe_name(config_name(k)) for k in result.missing)
+        parts.append(
+            f"the current report lacks {len(result.missing)} configuration(s) of the baseline: "
+            f"{names} (pass --allow-missing to compare the others)"
+        )
+    if parts:
+        return RegressionFound("; ".join(parts))
+    if result.table.empty:
+        return NothingMeasured(
+            "nothing compared: no configuration has a metric measured in both reports"
+            f" ({compared_words(result.table)})"
+        )
+    return None
+
+
 def _records(table: pd.DataFrame) -> list[dict[str, Any]]:
     return [{str(k): v for k, v in rec.items()} for rec in table.to_dict("records")]
 
+
+# ---------------------------------------------------------------- rendering
 
 FORMATS = ("table", "markdown", "json", "benchmark-json", "benchmark-json-bigger")
 HEADERS = ["Configuration", "Metric", "Baseline", "Current", "Change", "Noise test", "Verdict"]
@@ -198,9 +483,9 @@ HEADERS = ["Configuration", "Metric", "Baseline", "Current", "Change", "Noise te
 
 def _value(metric: str, value: float) -> str:
     """A metric's value with its unit: 12.30 s, 80.0 %, 1234.5 samples/s, 2.50 Wh."""
-    if metric == "efficiency":
+    if metric == "epoch_time_efficiency":
         return f"{value * 100:.1f} %"
-    unit = next(u for m, _, _, u, _ in METRICS if m == metric)
+    unit = BY_NAME[metric].unit
     return f"{value:.1f} {unit}" if metric == "throughput" else f"{value:.2f} {unit}"
 
 
@@ -223,7 +508,7 @@ def comparison_rows(table: pd.DataFrame) -> list[list[str]]:
     return [
         [
             f"{r['strategy']}-{r['workers']}",
-            LABELS[r["metric"]],
+            label(r["metric"]),
             _value(r["metric"], float(r["baseline"])),
             _value(r["metric"], float(r["current"])),
             f"{float(r['change']):+.1%}",
@@ -234,85 +519,131 @@ def comparison_rows(table: pd.DataFrame) -> list[list[str]]:
     ]
 
 
-def summary_line(table: pd.DataFrame, max_regression: float) -> str:
+def title(result: Comparison) -> str:
+    """``Scaling comparison of epoch time, ...: base vs current`` (masked, not escaped)."""
+    from itwin_report.masking import mask_text
+
+    names = f"{mask_text(result.baseline.name)} vs {mask_text(result.current.name)}"
+    return f"Scaling comparison of {compared_words(result.table)}: {names}"
+
+
+def summary_lines(result: Comparison) -> list[str]:
+    """The verdict lines: regressions (each naming its metric), then missing configurations."""
+    table, threshold = result.table, f"{result.max_regression:.0%}"
     found = regressions(table)
-    if not found:
-        return f"No regression beyond {max_regression:.0%} and noise."
-    return f"Regression beyond {max_regression:.0%} and noise: " + ", ".join(found)
+    if table.empty:
+        lines = ["Nothing compared: no configuration has a metric measured in both reports."]
+    elif found:
+        lines = [f"Regression beyond {threshold} and noise: " + ", ".join(found)]
+    else:
+        lines = [f"No regression beyond {threshold} and noise in {compared_words(table)}."]
+    if result.missing:
+        names = ", ".join(config_name(k) for k in result.missing)
+        if result.allow_missing:
+            lines.append(f"Missing from the current report (allowed by --allow-missing): {names}")
+        else:
+            lines.append(
+                f"Missing from the current report: {names}; this fails the comparison "
+                "(--allow-missing accepts it)"
+            )
+    return lines
 
 
-def _benchmark(table: pd.DataFrame, current: Side, bigger: bool) -> list[dict[str, Any]]:
+def notes(result: Comparison) -> list[str]:
+    return [f"only in the current report: {config_name(k)}" for k in result.added]
+
+
+def _benchmark(current: Side, bigger: bool) -> list[dict[str, Any]]:
     """github-action-benchmark's custom tool format: [{name, unit, value, range}]."""
     from itwin_report.report.confidence import mean_interval
 
     out = []
-    for metric, _, _, unit, higher in METRICS:
-        if higher != bigger:
+    for metric in METRICS:
+        if metric.higher_is_better != bigger:
             continue
-        for key, value in sorted(current.values.get(metric, {}).items()):
+        for key, value in sorted(current.values.get(metric.name, {}).items()):
             if math.isnan(value):
                 continue
             item: dict[str, Any] = {
-                "name": f"{key[0]}-{key[1]} {LABELS[metric].lower()}",
-                "unit": unit or "fraction",
+                "name": f"{config_name(key)} {metric.words}",
+                "unit": metric.unit or "fraction",
                 "value": value,
             }
-            if metric == "epoch_time" and len(current.runs.get(key, [])) >= 2:
+            if metric.name == "epoch_time" and len(current.runs.get(key, [])) >= 2:
                 _, low, high = mean_interval(current.runs[key])
-                item["range"] = f"± {(high - low) / 2:.4g}"
+                if math.isfinite(high - low):
+                    item["range"] = f"± {(high - low) / 2:.4g}"
             out.append(item)
     return out
 
 
-def render_comparison(
-    table: pd.DataFrame,
-    baseline: Side,
-    current: Side,
-    fmt: str,
-    max_regression: float,
-) -> str:
-    """The comparison as text in ``fmt`` (one of :data:`FORMATS`)."""
+def _strict_json(payload: Any) -> str:
+    """Strict JSON (RFC 8259): a value that is not a finite number is written as null."""
+    return json.dumps(_json_value(payload), indent=2, allow_nan=False) + "\n"
+
+
+def _payload(result: Comparison) -> dict[str, Any]:
     from itwin_report.masking import mask_text
 
-    notes = [mask_text(n) for n in only_on_one_side(baseline, current)]
-    names = f"{mask_text(baseline.name)} vs {mask_text(current.name)}"
-    summary = summary_line(table, max_regression)
+    records = result.table.astype(object).to_dict("records")
+    return {
+        "baseline": mask_text(result.baseline.name),
+        "current": mask_text(result.current.name),
+        "max_regression": result.max_regression,
+        "allow_missing": result.allow_missing,
+        "metrics": {
+            m.name: {
+                "compared": m.words,
+                "table": m.table,
+                "columns": list(m.columns),
+                "unit": m.unit or "fraction",
+                "higher_is_better": m.higher_is_better,
+            }
+            for m in METRICS
+        },
+        "comparison": [{str(k): v for k, v in r.items()} for r in records],
+        "regressions": [mask_text(r) for r in regressions(result.table)],
+        "missing": [mask_text(config_name(k)) for k in result.missing],
+        "only_in_current": [mask_text(config_name(k)) for k in result.added],
+        "summary": [mask_text(line) for line in summary_lines(result)],
+        "notes": [mask_text(n) for n in notes(result)],
+        "warnings": [mask_text(w) for w in result.all_warnings],
+    }
+
+
+def render_comparison(result: Comparison, fmt: str) -> str:
+    """The comparison as text in ``fmt`` (one of :data:`FORMATS`); JSON is strict JSON."""
+    from itwin_report.masking import mask_text
+
     if fmt == "json":
-        records = table.astype(object).to_dict("records")
-        payload = {
-            "baseline": mask_text(baseline.name),
-            "current": mask_text(current.name),
-            "max_regression": max_regression,
-            "comparison": [{str(k): _json_value(v) for k, v in r.items()} for r in records],
-            "regressions": [mask_text(r) for r in regressions(table)],
-            "notes": notes,
-        }
-        return json.dumps(payload, indent=2) + "\n"
+        return _strict_json(_payload(result))
     if fmt in ("benchmark-json", "benchmark-json-bigger"):
-        items = _benchmark(table, current, bigger=fmt.endswith("bigger"))
-        return json.dumps(items, indent=2) + "\n"
-    rows = [[_escape(mask_text(c), fmt) for c in row] for row in comparison_rows(table)]
-    summary = _escape(mask_text(summary), fmt)
+        return _strict_json(_benchmark(result.current, bigger=fmt.endswith("bigger")))
+    if fmt not in ("table", "markdown"):
+        raise ReportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
+    rows = [[_escape(mask_text(c), fmt) for c in row] for row in comparison_rows(result.table)]
+    summary = [_escape(mask_text(line), fmt) for line in summary_lines(result)]
+    extra = [f"- {_escape(mask_text(n), fmt)}" for n in notes(result)]
+    extra += [f"- Warning: {_escape(mask_text(w), fmt)}" for w in result.all_warnings]
+    heading = _escape(title(result), fmt)
     if fmt == "markdown":
-        out = [f"## Scaling comparison: {_escape(names, fmt)}", ""]
+        out = [f"## {heading}", ""]
         if rows:
             out.append("| " + " | ".join(HEADERS) + " |")
             out.append("|---|---|---:|---:|---:|---|---|")
             out += ["| " + " | ".join(r) + " |" for r in rows]
         else:
             out.append("No configuration measured on both sides.")
-        out += ["", f"**{summary}**" if regressions(table) else summary]
-        out += [f"- {_escape(n, fmt)}" for n in notes]
+        failing = gate_error(result) is not None
+        out += ["", *(f"**{line}**" if failing else line for line in summary), *extra]
         return "\n".join(out) + "\n"
-    if fmt != "table":
-        raise ReportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     widths = [max(len(c) for c in col) for col in zip(HEADERS, *rows, strict=True)]
-    lines = [f"Scaling comparison: {_escape(names, fmt)}", ""]
+    lines = [heading, ""]
     for row in [HEADERS, ["-" * w for w in widths], *rows]:
         lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     if not rows:
         lines.append("No configuration measured on both sides.")
-    lines += ["", summary, *(f"- {_escape(n, fmt)}" for n in notes)]
+    lines += ["", *summary, *extra]
     return "\n".join(lines) + "\n"
 
 
@@ -331,8 +662,13 @@ def _escape(text: str, fmt: str) -> str:
 
 
 def _json_value(value: Any) -> Any:
+    """Plain JSON values: numpy scalars unwrapped, NaN and infinities as null."""
     if hasattr(value, "item"):
         value = value.item()
-    if isinstance(value, float) and math.isnan(value):
+    if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, dict):
+        return {str(k): _json_value(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v) for v in value]
     return value

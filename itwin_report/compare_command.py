@@ -7,13 +7,22 @@ from typing import TYPE_CHECKING
 
 import click
 
-from itwin_report.errors import RegressionFound, ReportError
-from itwin_report.options import tracking_uri_option, warmup_option
+from itwin_report.errors import EXIT_USAGE, ReportError
+from itwin_report.options import Threshold, tracking_uri_option, warmup_option
 
 if TYPE_CHECKING:
     from itwin_report.compare import Side
 
 COMPARE_FORMATS = ("table", "markdown", "json", "benchmark-json", "benchmark-json-bigger")
+
+
+def _is_file(source: str) -> bool:
+    """Whether ``source`` names an existing file (an experiment name too long for a path, or
+    holding a NUL, does not)."""
+    try:
+        return Path(source).is_file()
+    except (OSError, ValueError):
+        return False
 
 
 def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool) -> Side:
@@ -22,9 +31,9 @@ def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool
     from itwin_report.report import build_report
 
     path = Path(source)
-    if path.is_file():
+    if _is_file(source):
         return compare.load_side_file(path)
-    if path.suffix.lower() == ".json":
+    if source.lower().endswith(".json"):
         raise ReportError(f"no such report file: {source}")
     uri = store.resolve_tracking_uri(tracking_uri)
     data = store.load_experiment(uri, source, [], show_progress=not quiet)
@@ -40,12 +49,18 @@ def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool
 )
 @click.option(
     "--max-regression",
-    type=click.FloatRange(min=0),
+    type=Threshold(),
     default=0.05,
     show_default=True,
     metavar="FRACTION",
     help="A change for the worse larger than this (0.05 = 5 %) is a regression, when it is "
     "also beyond noise.",
+)
+@click.option(
+    "--allow-missing",
+    is_flag=True,
+    help="Do not fail when CURRENT lacks configurations of BASELINE (they are listed as "
+    "missing); with no configuration compared at all the exit code is 5.",
 )
 @warmup_option("Warm-up epochs left out when a side is read from a store.")
 @click.option(
@@ -61,7 +76,8 @@ def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool
     "--output",
     "-o",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the comparison to FILE instead of stdout.",
+    help="Write the comparison to FILE instead of stdout (never a side, nor a file or "
+    "artifact folder of the tracking store).",
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
 def compare_command(
@@ -69,6 +85,7 @@ def compare_command(
     current: str,
     tracking_uri: str | None,
     max_regression: float,
+    allow_missing: bool,
     warmup_epochs: int,
     fmt: str,
     output: Path | None,
@@ -77,11 +94,15 @@ def compare_command(
     """Compare two reports per configuration and exit 4 on a regression.
 
     BASELINE and CURRENT are each a JSON report saved with --format json, or
-    an experiment name read from --tracking-uri. Per configuration: epoch time,
-    parallel efficiency, throughput and energy per epoch, with their changes.
-    A regression is a change for the worse beyond --max-regression that is also
+    an experiment name read from --tracking-uri. Per configuration: the mean
+    epoch time, the parallel efficiency computed from epoch time (the epoch
+    time table's), throughput and energy per epoch, with their changes. A
+    regression is a change for the worse beyond --max-regression that is also
     beyond noise where per-run values exist (Welch's t-test on the runs' mean
-    epoch times; non-overlapping 95 % intervals for efficiency).
+    epoch times; non-overlapping 95 % intervals for the efficiency). A
+    configuration of BASELINE that CURRENT lacks fails too (exit 4) unless
+    --allow-missing is given. Values of a saved report outside their valid
+    range are left out with a warning.
 
     \b
     Examples:
@@ -89,16 +110,21 @@ def compare_command(
       itwin-report compare base.json nightly --tracking-uri sqlite:///mlflow.db
       itwin-report compare base.json current.json --format markdown >> "$GITHUB_STEP_SUMMARY"
       itwin-report compare base.json current.json --format benchmark-json -o bench.json
+      itwin-report compare base.json smaller.json --allow-missing
     """
-    from itwin_report import compare
+    from itwin_report import compare, store
     from itwin_report.cli import _emit
+    from itwin_report.command_group import Failure
 
+    uri = store.resolve_tracking_uri(tracking_uri)
+    files = [Path(s) for s in (baseline, current) if _is_file(s)]
+    conflict = store.check_outputs(uri, {"--output": output}, inputs=files)
+    if conflict:
+        raise Failure(conflict, EXIT_USAGE)
     base = _side(baseline, tracking_uri, warmup_epochs, quiet)
     cur = _side(current, tracking_uri, warmup_epochs, quiet)
-    table = compare.compare(base, cur, max_regression)
-    _emit(compare.render_comparison(table, base, cur, fmt, max_regression), output)
-    found = [compare.safe_name(name) for name in compare.regressions(table)]
-    if found:
-        raise RegressionFound(
-            f"regression beyond {max_regression:.0%} and noise: " + ", ".join(found)
-        )
+    result = compare.compare_sides(base, cur, max_regression, allow_missing)
+    _emit(compare.render_comparison(result, fmt), output)
+    failure = compare.gate_error(result)
+    if failure is not None:
+        raise failure

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -23,3 +24,21 @@ def warmup_option(help_text: str) -> Callable[[Any], Any]:
     return click.option(
         "--warmup-epochs", type=click.IntRange(min=0), default=1, show_default=True, help=help_text
     )
+
+
+class Threshold(click.ParamType):
+    """A finite number >= 0 (``nan`` and ``inf`` are bad usage, not a gate that always passes)."""
+
+    name = "X"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            number = value
+        else:
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                self.fail(f"{value!r} is not a number", param, ctx)
+        if not math.isfinite(number) or number < 0:
+            self.fail(f"{value!r} is not a finite number >= 0", param, ctx)
+        return number

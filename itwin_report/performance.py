@@ -1,8 +1,11 @@
 """Read and merge ``performance.json`` records (one per worker, or already merged).
 
-Merge rules: samples add up, ``total_time`` is the first record's, ``compile_time`` and
-``programming_time`` take the maximum, ``est_samples_per_sec`` must agree, ``samples_per_sec``
-is recomputed from the merged totals, ``suspected_input_bottleneck`` is true if any record says so.
+Merge rules, none of which depends on the order of the records: samples add up (``math.fsum``),
+``total_time`` is the longest record's (the job's wall time: the job ends with its last worker),
+``compile_time`` and ``programming_time`` take the maximum, ``est_samples_per_sec`` must agree
+(the smallest is kept), ``samples_per_sec`` is recomputed from the merged totals,
+``suspected_input_bottleneck`` is true if any record says so, and the per-worker summaries
+(``ordinals``) are sorted.
 """
 
 from __future__ import annotations
@@ -101,8 +104,8 @@ def merge_records(records: Sequence[dict], names: Sequence[str] | None = None) -
     names = list(names) if names is not None else [f"record {i}" for i in range(len(records))]
     if len(names) != len(records):
         raise ValueError("names and records differ in length")
-    samples = sum(_num(r, "total_samples") for r in records)
-    total_time = _num(records[0], "total_time")
+    samples = math.fsum(_num(r, "total_samples") for r in records)
+    total_time = max(_num(r, "total_time") for r in records)
     merged: dict[str, Any] = {
         "total_samples": samples,
         "total_time": total_time,
@@ -114,9 +117,16 @@ def merge_records(records: Sequence[dict], names: Sequence[str] | None = None) -
             bool(r.get("suspected_input_bottleneck")) for r in records
         ),
         "records": sum(record_count(r) for r in records),
-        "ordinals": [o for r in records for o in _ordinals(r)],
+        "ordinals": sorted((o for r in records for o in _ordinals(r)), key=_ordinal_order),
     }
     return merged
+
+
+def _ordinal_order(ordinal: object) -> tuple[int, float, str]:
+    """Worker ordinals (integers) first, by number; then summaries, by their JSON text."""
+    if isinstance(ordinal, int | float):
+        return 0, float(ordinal), ""
+    return 1, 0.0, json.dumps(ordinal, sort_keys=True, default=str)
 
 
 def merge_files(paths: Sequence[Path]) -> dict:
@@ -163,20 +173,22 @@ def _ordinals(record: dict) -> list[dict]:
 
 
 def _agreed_estimate(records: Sequence[dict], names: Sequence[str]) -> float:
-    """The common ``est_samples_per_sec`` (NaN when none is known; 0 counts as unknown)."""
-    first: tuple[str, float] | None = None
+    """The common ``est_samples_per_sec``: the smallest given, when all agree within 1e-9
+    (NaN when none is known; 0 counts as unknown)."""
+    known = []
     for name, record in zip(names, records, strict=True):
         value = record.get("est_samples_per_sec")
         if value is None or value != value or value == 0:
             continue  # absent, null or 0: no estimate (0 is what an unset estimate reads)
-        if first is None:
-            first = (name, float(value))
-        elif not math.isclose(first[1], float(value), rel_tol=1e-9, abs_tol=1e-12):
-            raise DataError(
-                f"est_samples_per_sec disagrees: {first[0]} says {first[1]:g}, "
-                f"{name} says {float(value):g}"
-            )
-    return first[1] if first is not None else float("nan")
+        known.append((float(value), name))
+    if not known:
+        return float("nan")
+    low, high = min(known), max(known)
+    if not math.isclose(low[0], high[0], rel_tol=1e-9, abs_tol=1e-12):
+        raise DataError(
+            f"est_samples_per_sec disagrees: {low[1]} says {low[0]:g}, {high[1]} says {high[0]:g}"
+        )
+    return low[0]
 
 
 def _num(record: dict, name: str) -> float:

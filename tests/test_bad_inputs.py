@@ -337,6 +337,68 @@ def E(*args: str, store: str = "sqlite:///{work}/emu.db") -> tuple[str, ...]:
     return ("emulate", "--tracking-uri", store, "--workers", "2", "--repeats", "1", *args)
 
 
+# ---------------------------------------------------------------- compare and outputs: helpers
+
+
+def C(*args: str) -> tuple[str, ...]:
+    return ("compare", *args)
+
+
+def CB(current: str, *args: str) -> tuple[str, ...]:
+    """compare base.json with the saved report ``current``.json of the inputs."""
+    return C("{work}/inputs/base.json", f"{{work}}/inputs/{current}.json", *args)
+
+
+IN_SQLITE = ("--tracking-uri", "{sqlite}")
+ARTIFACT_FILE = "{root}/artifacts/good/x.md"  # inside the experiment "good"'s artifact folder
+AS_JSON = ("--format", "json", "--allow-missing")
+
+
+def _side_doc(**epoch_8: Any) -> dict[str, Any]:
+    """A saved JSON report: ddp-4 (20 s) and ddp-8 (10 s, or the given epoch-time fields)."""
+    rows = [
+        {"strategy": "ddp", "workers": 4, "avg_epoch_time_s": 20.0, "efficiency": 1.0},
+        {"strategy": "ddp", "workers": 8, "avg_epoch_time_s": 10.0, "efficiency": 1.0, **epoch_8},
+    ]
+    return {"epoch_time": rows, "throughput": [], "gpu": [], "runs": []}
+
+
+def _compare_inputs(folder: Path) -> None:
+    """compare's saved reports, good and bad, beside merge-performance's inputs."""
+    sides: dict[str, Any] = {
+        "base": _side_doc(),
+        "only-4": {**_side_doc(), "epoch_time": _side_doc()["epoch_time"][:1]},
+        "empty": {"epoch_time": []},
+        "negative-epoch": _side_doc(avg_epoch_time_s=-5.0),
+        "tiny-epoch": _side_doc(avg_epoch_time_s=1e-310),
+        "negative-workers": _side_doc(workers=-4),
+    }
+    for name, doc in sides.items():
+        (folder / f"{name}.json").write_text(json.dumps(doc))
+    huge = json.dumps(_side_doc()).replace('"avg_epoch_time_s": 10.0', '"avg_epoch_time_s": 1e400')
+    (folder / "huge-epoch.json").write_text(huge)
+    (folder / "huge-workers.json").write_text(json.dumps(_side_doc()).replace(": 8,", ": 1e400,"))
+    (folder / "deep-side.json").write_text("[" * 100_000 + "]" * 100_000)
+    (folder / "latin1.json").write_bytes(
+        '{"epoch_time": [], "x": "Gr\u00fc\u00dfe"}'.encode("latin-1")
+    )
+
+
+def _refuse_constant(name: str) -> None:
+    raise AssertionError(f"{name} in the output: not strict JSON")
+
+
+def strict_comparison(out: str, _work: Path) -> None:
+    """Strict JSON, every change finite, no configuration named after a bad value, warned."""
+    doc = json.loads(out, parse_constant=_refuse_constant)
+    assert doc["comparison"], "nothing was compared"
+    for row in doc["comparison"]:
+        assert math.isfinite(row["change"]) and row["baseline"] > 0 and row["current"] > 0, row
+        assert 1 <= row["workers"] <= 1_000_000, row
+    assert not any(r["workers"] == 8 and r["metric"] == "epoch_time" for r in doc["comparison"])
+    assert len(doc["warnings"]) == 1 and "ddp-8" not in doc["missing"], doc
+
+
 CASES = [
     # --- loader: stores that are missing, foreign, unreachable, old or damaged
     Case("missing-sqlite", R("good", store="sqlite:///{work}/nope.db"), 1, nothing_written),
@@ -489,6 +551,40 @@ CASES = [
     Case("emulate-text-file-db", E(store="sqlite:///{own}/notes.db"), 1),
     Case("emulate-old-schema", E(store="sqlite:///{own}/old-schema.db"), 1),
     Case("emulate-closed-port", E(store=f"http://u:{SECRET}@127.0.0.1:{{port}}"), 1),
+    # compare and outputs
+    Case("compare-output-is-store", CB("base", *IN_SQLITE, "-o", "{root}/mlflow.db"), 2),
+    Case("compare-output-is-wal", CB("base", *IN_SQLITE, "-o", "{root}/mlflow.db-wal"), 2),
+    Case("compare-output-in-artifacts", CB("base", *IN_SQLITE, "-o", ARTIFACT_FILE), 2),
+    Case(
+        "compare-output-in-file-store",
+        CB("base", "--tracking-uri", "{filestore}", "-o", "{filestore}/x.md"),
+        2,
+    ),
+    Case("compare-output-is-a-side", CB("only-4", "-o", "{work}/inputs/only-4.json"), 2),
+    Case("merge-output-is-an-input", M("{work}/inputs/a.json", "-o", "{work}/inputs/a.json"), 2),
+    Case("merge-output-is-store", M("{work}/inputs/a.json", "-o", "mllogs/mlflow.db"), 2),
+    Case("report-html-is-shm", R("good", "--html", "{root}/mlflow.db-shm"), 2),
+    Case("emulate-truth-is-store", E("--truth", "{work}/emu.db"), 2, nothing_written),
+    Case("emulate-truth-is-journal", E("--truth", "{work}/emu.db-journal"), 2, nothing_written),
+    Case("emulate-truth-in-artifacts", E("--truth", "{work}/artifacts/x/t.json"), 2),
+    Case("compare-max-regression-nan", CB("base", "--max-regression", "nan"), 2),
+    Case("compare-max-regression-inf", CB("base", "--max-regression", "inf"), 2),
+    Case("compare-negative-epoch", CB("negative-epoch", *AS_JSON), 0, strict_comparison),
+    Case("compare-1e400-epoch", CB("huge-epoch", *AS_JSON), 0, strict_comparison),
+    Case(
+        "compare-1e-310-baseline",
+        C("{work}/inputs/tiny-epoch.json", "{work}/inputs/base.json", *AS_JSON),
+        0,
+        strict_comparison,
+    ),
+    Case("compare-negative-workers", CB("negative-workers"), 4),
+    Case("compare-workers-1e400", CB("huge-workers"), 1),
+    Case("compare-deep", CB("deep-side"), 1),
+    Case("compare-latin1", CB("latin1"), 1),
+    Case("compare-db-as-side", C("{work}/inputs/base.json", "{root}/mlflow.db"), 1),
+    Case("compare-missing-config", CB("only-4"), 4),
+    Case("compare-empty-current", CB("empty"), 4),
+    Case("compare-empty-current-allowed", CB("empty", "--allow-missing"), 5),
 ]
 
 
@@ -505,6 +601,7 @@ def _inputs(folder: Path) -> None:
     (folder / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
     (folder / "text-ordinals.json").write_text(json.dumps({**good, "ordinals": ["a", "b"]}))
     (folder / "list.json").write_text("[1, 2, 3]")
+    _compare_inputs(folder)
 
 
 def _params() -> list[Any]:

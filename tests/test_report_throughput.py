@@ -79,16 +79,16 @@ def test_rate_source_and_rate_series() -> None:
 
 def test_performance_source_scales_missing_records() -> None:
     runs, metrics = rate_job()
-    # 2 of 4 workers' records: samples 1000 + 1200 = 2200 over the first record's 10 s;
-    # scaled by 4/2 -> 4400 / 10 = 440 samples/s; estimate 500 -> achieved 0.88
+    # 2 of 4 workers' records: samples 1000 + 1200 = 2200 over the longest worker's 11 s;
+    # scaled by 4/2 -> 4400 / 11 = 400 samples/s; estimate 500 -> achieved 0.8
     data = make_data(
         runs, metrics, performance=[perf("j0", 1000, 10, 500), perf("j1", 1200, 11, 500)]
     )
     report = build_report(data)
     row = report.throughput.iloc[0]
     assert row["source"] == "performance.json"
-    assert row["samples_per_sec"] == pytest.approx(440.0)
-    assert row["achieved_fraction"] == pytest.approx(0.88)
+    assert row["samples_per_sec"] == pytest.approx(400.0)
+    assert row["achieved_fraction"] == pytest.approx(0.8)
     assert any("from 2 of 4 workers; samples scaled by 4/2" in w for w in report.warnings)
     # forcing the rate source gives 420 with the estimate still from performance.json
     forced = build_report(data, throughput_source="rates").throughput.iloc[0]

@@ -50,6 +50,25 @@ def _summary(result, truth_path: str | None) -> str:
     return "\n".join(lines)
 
 
+def _check_truth_path(truth_path: str, uri: str, root: str | None, experiment: str) -> None:
+    """--truth goes through the one output check: never the store, its side files or the
+    artifact folders (those of its experiments and the one this emulation writes into)."""
+    from pathlib import Path
+
+    from itwin_report.command_group import Failure
+    from itwin_report.emulator.mlflow_writer import artifact_location
+    from itwin_report.errors import EXIT_USAGE
+    from itwin_report.store import check_outputs
+    from itwin_report.store.uri import local_artifact_dir
+
+    location = artifact_location(uri, experiment, root)
+    local = local_artifact_dir(location) if location else None
+    new_roots = [local.parent] if local is not None else []
+    conflict = check_outputs(uri, {"--truth": Path(truth_path)}, extra=new_roots)
+    if conflict:
+        raise Failure(conflict, EXIT_USAGE)
+
+
 @click.command(
     "emulate",
     epilog="""\b
@@ -216,11 +235,11 @@ def emulate_command(
     options.params()  # fail on bad options before touching the store
     uri = resolve_tracking_uri(tracking_uri)
     from itwin_report.emulator.truth import expected_truth, write_truth
-    from itwin_report.emulator.writer import check_truth_path, default_artifact_root, run_emulation
+    from itwin_report.emulator.writer import default_artifact_root, run_emulation
 
     root = artifact_root or default_artifact_root(uri)
     if truth_path:
-        check_truth_path(truth_path, uri, root)
+        _check_truth_path(truth_path, uri, root, experiment_name)
     result = run_emulation(options, uri, show_progress=True, artifact_root=root, migrate=migrate)
     if truth_path:
         write_truth(expected_truth(options), truth_path)

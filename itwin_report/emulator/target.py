@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from itwin_report.errors import StoreError
 from itwin_report.masking import mask_uri
-from itwin_report.store.uri import FILE, HTTP, SQL, SQLITE, file_store_path, sqlite_path, store_kind
+from itwin_report.store.uri import HTTP, SQL, store_kind
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 MLFLOW_TABLES = ("alembic_version", "experiments", "runs", "metrics", "params", "tags")
@@ -94,25 +94,6 @@ def check_file_store(path: Path) -> None:
     if (path / ".trash").exists() or any((c / "meta.yaml").is_file() for c in path.iterdir()):
         return
     raise StoreError(f"{path} is a non-empty folder that is not an MLflow file store")
-
-
-def store_files(uri: str) -> list[Path]:
-    """Local paths that belong to the store (database and its journals, or the store folder)."""
-    kind = store_kind(uri)
-    if kind == SQLITE:
-        db = sqlite_path(uri).expanduser().resolve()
-        return [db, *(db.with_name(db.name + s) for s in ("-wal", "-shm", "-journal"))]
-    if kind == FILE:
-        return [file_store_path(uri).expanduser().resolve()]
-    return []
-
-
-def check_output(path: str, uri: str, artifact_dirs: list[Path]) -> None:
-    """Refuse an output file that is the store, inside it, or inside its artifacts."""
-    target = Path(path).expanduser().resolve()
-    for owned in [*store_files(uri), *artifact_dirs]:
-        if target == owned or owned in target.parents:
-            raise StoreError(f"{path} is part of the store or its artifacts; choose another file")
 
 
 def _tcp_probe(uri: str, host: str | None, port: int) -> None:

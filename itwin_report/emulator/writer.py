@@ -244,18 +244,6 @@ def check_target(uri: str, migrate: bool = False) -> bool:
     return False
 
 
-def check_truth_path(truth_path: str, uri: str, artifact_root: str | None) -> None:
-    """Refuse a truth file that is the store, inside it, or inside its artifact folders."""
-    from itwin_report.emulator import target
-
-    artifact_dirs: list[Path] = []
-    if store_kind(uri) == SQLITE:
-        artifact_dirs.append(sqlite_path(uri).expanduser().resolve().parent / "artifacts")
-    if artifact_root and "://" not in artifact_root:
-        artifact_dirs.append(Path(artifact_root).expanduser().resolve())
-    target.check_output(truth_path, uri, artifact_dirs)
-
-
 def default_artifact_root(uri: str) -> str | None:
     """``--artifact-root`` when not given: ./mllogs/artifacts for a database server's store.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -111,14 +112,22 @@ def require_file_store(uri: str) -> Path:
     return path
 
 
+# the files SQLite may keep beside a database while it is open or after a crash
+SQLITE_SIDE_SUFFIXES = ("-wal", "-shm", "-journal")
+
+
+def sqlite_files(db: Path) -> list[Path]:
+    """The database file and its side files (``-wal``, ``-shm``, ``-journal``)."""
+    return [db, *(Path(f"{db}{suffix}") for suffix in SQLITE_SIDE_SUFFIXES)]
+
+
 def store_paths(uri: str) -> list[Path]:
     """Local files and directories that make up the store itself (none for a server)."""
     kind = store_kind(uri)
     if kind == FILE:
         return [file_store_path(uri)]
     if kind == SQLITE:
-        db = sqlite_path(uri)
-        return [db, *(Path(f"{db}{suffix}") for suffix in ("-wal", "-shm", "-journal"))]
+        return sqlite_files(sqlite_path(uri))
     return []
 
 
@@ -129,11 +138,24 @@ def _same_or_inside(path: Path, protected: Path) -> bool:
             return True
     except OSError:
         pass
-    return path.resolve().is_relative_to(protected.resolve())
+    return path.expanduser().resolve().is_relative_to(protected.expanduser().resolve())
 
 
-def output_conflict(outputs: dict[str, Path], protected: list[Path]) -> str | None:
-    """A message when an output (``{option: path}``) would write into the store, else None."""
+def _same_file(path: Path, other: Path) -> bool:
+    """True when both name one file (also through links or another spelling)."""
+    try:
+        if path.exists() and other.exists():
+            return path.samefile(other)
+    except OSError:
+        pass
+    return path.expanduser().resolve() == other.expanduser().resolve()
+
+
+def output_conflict(
+    outputs: dict[str, Path], protected: Sequence[Path], inputs: Sequence[Path] = ()
+) -> str | None:
+    """A message when an output (``{option: path}``) would write into the store or over an
+    input of the command, else None."""
     for option, path in outputs.items():
         for guarded in protected:
             if _same_or_inside(path, guarded):
@@ -141,4 +163,7 @@ def output_conflict(outputs: dict[str, Path], protected: list[Path]) -> str | No
                     f"{option} {path} would write into the tracking store ({guarded}); "
                     "choose a path outside it"
                 )
+        for source in inputs:
+            if _same_file(path, source):
+                return f"{option} {path} would overwrite the input {source}; choose another path"
     return None
