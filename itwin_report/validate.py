@@ -3,6 +3,10 @@
 NaN is never valid. Upper bounds lie far above anything real, so that sums and means of valid
 values stay finite.
 
+The worker params (strategy, world size, rank) are checked by :func:`check_worker_params`,
+which the loader calls when it picks the worker runs (naming the params as logged, e.g. by
+``--workers-param``) and :func:`validate` calls again on data that did not come through it.
+
 :func:`validate` drops what cannot be right (a negative epoch time, a utilization of 1e6, a
 world size of 1e30) and blanks optional values that are out of range, so no table shows an
 impossible number. Each kind of dropped or blanked data becomes ONE warning that counts it and
@@ -12,7 +16,7 @@ names the runs (their top-level run names, at most :data:`MAX_NAMED`).
 value                      valid
 =========================  ==============================================================
 workers                    integer in 1 .. :data:`MAX_WORKERS` (else the worker run goes)
-rank                       0 .. workers - 1 (else the worker run goes)
+rank                       integer in 0 .. workers - 1 (else the worker run goes)
 strategy                   non-empty after stripping surrounding whitespace (stripped)
 probing_interval           > 0 and <= 1e9 (else NaN: the step spacing is used)
 samples_per_epoch          > 0 and <= 1e15 (else NaN)
@@ -22,7 +26,8 @@ gpu_power_W                0 .. 1e5 (W)
 gpu_utilization_percent    0 .. 100
 local/avg_samples_per_sec  0 .. 1e15
 train_loss_epoch step      >= 0 (only its steps are read)
-metric points              one per (run, key, step): the last logged is kept
+step, timestamp            integers within +-2**53, exact in float64 (else the point goes)
+metric points              one per (run, key, step): the last logged of the valid ones is kept
 self_cuda_time_total       0 .. 1e15 (microseconds)
 profiler CSV               its global_rank/num_gpus agree with the worker run; one CSV per
                            rank of a job
@@ -113,6 +118,7 @@ PERFORMANCE_OPTIONAL: dict[str, Range] = {
 # +-2**53 survive that exactly, and none of a real run's lies beyond
 MAX_EXACT_INTEGER = float(2**53)
 POINT_INTEGER = Range(-MAX_EXACT_INTEGER, MAX_EXACT_INTEGER)
+POINT_INTEGER_TEXT = "within -2**53..2**53"
 
 STRATEGY, WORLD_SIZE, RANK = "strategy", "global_world_size", "global_rank"
 WORKER_PARAMS_CHECKED = (STRATEGY, WORLD_SIZE, RANK)
@@ -315,7 +321,7 @@ def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
         wrong = ~POINT_INTEGER.ok(metrics[column])
         notes.add(
             int(wrong.sum()),
-            f"dropped {{n}} metric point(s) of {{runs}}: {column} not {POINT_INTEGER}",
+            f"dropped {{n}} metric point(s) of {{runs}}: {column} not {POINT_INTEGER_TEXT}",
             metrics["run_id"][wrong],
         )
         keep &= ~wrong

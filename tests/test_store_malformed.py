@@ -27,9 +27,14 @@ BAD_PERFORMANCE = {
 }
 # run name -> (artifact, what is put there, words of the warning)
 ODD_FILES = {
-    "fifo": (PERFORMANCE_ARTIFACT, "fifo", "skipped (not a regular file)"),
-    "dev-zero": (PROFILE_ARTIFACT, "dev-zero", "skipped (not a regular file)"),
-    "huge": (PROFILE_ARTIFACT, "huge", f"than the {MAX_ARTIFACT_BYTES:,}-byte cap"),
+    "fifo": (PERFORMANCE_ARTIFACT, "fifo", "(not a regular file)"),
+    "dev-zero": (PROFILE_ARTIFACT, "dev-zero", "(not a regular file)"),
+    "huge": (PROFILE_ARTIFACT, "huge", f"than the {MAX_ARTIFACT_BYTES:,}-byte cap)"),
+    "loop": (PROFILE_ARTIFACT, "loop", "(Too many levels of symbolic links)"),
+}
+MISSING = {
+    PROFILE_ARTIFACT: "their profiler data is missing from the report, not absent",
+    PERFORMANCE_ARTIFACT: "their performance.json data is missing from the report, not absent",
 }
 
 
@@ -60,6 +65,8 @@ def bad_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, dict[str, 
             os.mkfifo(target)  # nobody ever writes to it: reading it would block forever
         elif kind == "dev-zero":
             target.symlink_to("/dev/zero")  # reading it would never end
+        elif kind == "loop":
+            target.symlink_to(target.name)  # a link to itself: an OSError of its own
         else:
             with target.open("wb") as handle:  # sparse: costs no disk
                 handle.truncate(MAX_ARTIFACT_BYTES + 1)
@@ -79,10 +86,10 @@ def test_malformed_artifacts_are_warnings_naming_the_run(bad_store: tuple[str, A
         assert mine[0].startswith(f"worker run {ids[name][:8]} (rank 0) of {name}: malformed ")
         assert mine[0].endswith("; ignored") and "\n" not in mine[0]
     for name, (artifact, _, words) in ODD_FILES.items():
-        mine = [w for w in data.warnings if f"of {name}:" in w]
+        mine = [w for w in data.warnings if f"of '{name}' (" in w]
         assert len(mine) == 1, (name, data.warnings)
-        assert mine[0].startswith(f"worker run {ids[name][:8]} (rank 0) of {name}: {artifact}")
-        assert words in mine[0]
+        assert mine[0].startswith(f"could not read {artifact} of 1 worker run(s) of '{name}' ")
+        assert mine[0].endswith(f"{words}: {MISSING[artifact]}"), mine[0]
     assert len(data.warnings) == len(BAD_PERFORMANCE) + len(ODD_FILES)
 
 
@@ -116,7 +123,7 @@ def test_text_in_a_metric_column(scaling_sqlite: Store, tmp_path: Path) -> None:
     assert epochs["value"].tolist() == [100 / 8 + 1, 100 / 8 + 2]
     assert (
         "1 metric points whose value, step or timestamp is not a number were left out "
-        f"(runs {ddp8[:8]})"
+        f"(runs '{ddp8[:8]}')"
     ) in data.warnings
 
 

@@ -11,6 +11,8 @@ and key, but only for keys the run has logged.
 
 from __future__ import annotations
 
+import html
+import json
 import os
 import re
 import tempfile
@@ -47,6 +49,36 @@ def _reason(exc: Exception) -> str:
     if "timed out" in text.lower():
         return "timed out"
     return type(exc).__name__
+
+
+def http_detail(status: int, reason: str, content_type: str, body: str) -> str:
+    """``HTTP 404 (Not Found): ...`` from an error answer, in one short line, never markup.
+
+    MLflow's JSON errors give their message; an HTML page (a proxy's, a web server's) gives
+    its title; a 404 adds that no MLflow REST API answers at that address.
+    """
+    text = body.strip()
+    message = ""
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+        if isinstance(data, dict):
+            message = str(data.get("message") or data.get("error_code") or "")
+    elif "html" in content_type.lower() or text[:15].lower().startswith(("<!doctype", "<html")):
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
+        message = re.sub(r"\s+", " ", html.unescape(title.group(1))).strip() if title else ""
+        message = "" if message.lower() in (reason.lower(), "error response") else message
+    elif text:
+        message = text.splitlines()[0]
+    head = f"HTTP {status}" + (f" ({reason})" if reason else "")
+    if status == 404:
+        message = "; ".join(
+            filter(None, [message, "no MLflow REST API at this address (check --tracking-uri)"])
+        )
+    message = re.sub(r"<[^>]*>", "", message)[:200].strip()
+    return mask_text(f"{head}: {message}" if message else head)
 
 
 def bulk_batches(base: str, ids: Sequence[str], key: str) -> Iterator[list[str]]:
@@ -104,11 +136,13 @@ class HttpSession:
                 "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN"
             )
         if answer.status_code != 200:
-            text = answer.text.strip()
-            detail = mask_text(text.splitlines()[0][:200]) if text else ""
-            raise StoreError(
-                f"MLflow server at {where} answered HTTP {answer.status_code}: {detail}"
+            detail = http_detail(
+                answer.status_code,
+                answer.reason or "",
+                answer.headers.get("Content-Type", ""),
+                answer.text,
             )
+            raise StoreError(f"MLflow server at {where} answered {detail}")
         try:
             data = answer.json()
         except ValueError as exc:

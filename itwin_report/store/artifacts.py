@@ -2,8 +2,10 @@
 
 Local artifact roots (``file:`` URIs and paths) are read with plain file reads; anything else
 goes through a ``remote`` callable (an MLflow download). A missing artifact is normal; a
-malformed one, one that is not a regular file (a FIFO, a device, a link to ``/dev/zero``) and
-one larger than :data:`MAX_ARTIFACT_BYTES` are skipped with a warning naming the run.
+malformed one is skipped with a warning naming the run. One that cannot be read (not a regular
+file such as a FIFO or a link to ``/dev/zero``, larger than :data:`MAX_ARTIFACT_BYTES`, an I/O
+or permission error, a failed download) is skipped too, with one warning per artifact and reason
+naming the runs: its data is missing from the report, which is not the same as never logged.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 import pandas as pd
 
-from itwin_report.errors import DataError
+from itwin_report.errors import DataError, ReportError
 from itwin_report.masking import mask_text
 from itwin_report.performance import NUMERIC, check_record, parse_json, record_count
 from itwin_report.progress import progress
@@ -31,10 +33,15 @@ from itwin_report.schema import (
     PROFILE_COLUMNS,
 )
 from itwin_report.store.uri import local_artifact_dir
+from itwin_report.validate import named
 
 Remote = Callable[[str, str], bytes | None]  # (artifact_uri, relative path) -> bytes or None
 THREADS = 8
 MAX_ARTIFACT_BYTES = 64 * 1024 * 1024  # far above any profiler CSV or performance.json
+UNREAD_MEANS = {
+    PROFILE_ARTIFACT: "their profiler data",
+    PERFORMANCE_ARTIFACT: "their performance.json data",
+}
 
 
 class SkippedArtifact(Exception):
@@ -72,6 +79,8 @@ def read_local(artifact_uri: str, path: str) -> bytes | None:
         return None
     except PermissionError:
         raise SkippedArtifact("permission denied") from None
+    except OSError as exc:  # an I/O error, a loop of links, a name too long, ...
+        raise SkippedArtifact(exc.strerror or type(exc).__name__) from None
 
 
 def _get(artifact_uri: str, path: str, remote: Remote | None) -> bytes | str | None:
@@ -84,6 +93,8 @@ def _get(artifact_uri: str, path: str, remote: Remote | None) -> bytes | str | N
         return remote(artifact_uri, path)
     except SkippedArtifact as exc:
         return str(exc)
+    except ReportError as exc:  # a download that failed: the server or its storage
+        return mask_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
 
 
 def _who(row: Any) -> str:
@@ -209,6 +220,7 @@ def read_artifacts(
             f"(e.g. {mask_text(unreachable[0])}): profiler and performance.json data not read; "
             "point --tracking-uri at the MLflow server that holds them"
         )
+    unread: dict[tuple[str, str], list[str]] = {}  # (artifact, reason) -> run names
     size = max(1, len(rows) // (THREADS * 4))  # a few batches per thread, not a task per run
     batches = [rows[i : i + size] for i in range(0, len(rows), size)]
 
@@ -226,7 +238,7 @@ def read_artifacts(
             advance(1)
             for name, data in ((PROFILE_ARTIFACT, table), (PERFORMANCE_ARTIFACT, perf)):
                 if isinstance(data, str):
-                    warnings.append(f"{_who(row)}: {name} skipped ({data})")
+                    unread.setdefault((name, data), []).append(str(row.run_name))
             if isinstance(table, bytes):
                 try:
                     profiles.append(parse_profile(table, str(row.run_id)))
@@ -240,6 +252,11 @@ def read_artifacts(
                     warnings.append(
                         f"{_who(row)}: malformed {PERFORMANCE_ARTIFACT} ({reason}); ignored"
                     )
+    for (name, reason), names in sorted(unread.items()):
+        warnings.append(
+            f"could not read {name} of {len(names)} worker run(s) of {named(names)} ({reason}): "
+            f"{UNREAD_MEANS.get(name, 'its data')} is missing from the report, not absent"
+        )
     prof = pd.DataFrame(
         {col: [v for part in profiles for v in part[col]] for col in PROFILE_COLUMNS},
         columns=list(PROFILE_COLUMNS),

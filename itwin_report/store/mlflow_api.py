@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -27,9 +28,11 @@ from itwin_report.masking import mask_text
 from itwin_report.store.tree import PARENT_TAG
 from itwin_report.store.uri import FILE, store_kind
 
-# MLflow and alembic announce database creation and migrations at INFO on stderr.
-for _name in ("mlflow", "alembic"):
-    logging.getLogger(_name).setLevel(logging.WARNING)
+# MLflow and alembic announce database creation and migrations at INFO on stderr, and MLflow
+# warns on stderr before it raises (a Databricks profile it cannot read, each retry of a refused
+# database login): the error that follows says it in one line.
+logging.getLogger("alembic").setLevel(logging.WARNING)
+logging.getLogger("mlflow").setLevel(logging.ERROR)
 FILE_STORE_ENV = "MLFLOW_ALLOW_FILE_STORE"
 
 
@@ -83,6 +86,9 @@ def _translate(uri: str, what: str, exc: Exception) -> StoreError:
 
     text = str(exc).strip()
     message = text.splitlines()[0] if text else type(exc).__name__
+    if re.search(r"<(!doctype|html)", message, re.IGNORECASE):  # a web page, not MLflow's error
+        message = message.split("Response body", 1)[0].rstrip(" .:'")
+        message = re.sub(r"<[^>]*>", "", message) or "the server answered with a web page"
     return StoreError(mask_text(f"cannot {what} in {mask_uri(uri)}: {message}"))
 
 

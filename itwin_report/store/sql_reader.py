@@ -20,7 +20,7 @@ from itwin_report.schema import METRIC_KEYS
 from itwin_report.store.columnar import fetch_numeric
 from itwin_report.store.tree import PARENT_TAG
 from itwin_report.store.uri import mask_uri
-from itwin_report.validate import POINT_INTEGER, named
+from itwin_report.validate import POINT_INTEGER, POINT_INTEGER_TEXT, named
 
 Query = Callable[[str, dict[str, Any]], pd.DataFrame]
 
@@ -304,7 +304,7 @@ class SqlReader:
             runs = [str(r)[:8] for r in frame.loc[huge, "run_id"]]
             self.warnings.append(
                 f"{int(huge.sum())} metric points whose step or timestamp is not "
-                f"{POINT_INTEGER} were left out (runs {named(runs)})"
+                f"{POINT_INTEGER_TEXT} were left out (runs {named(runs)})"
             )
             frame = frame[~huge]
         return frame.astype({"step": "int64", "timestamp": "int64"}).reset_index(drop=True)
