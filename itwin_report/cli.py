@@ -28,25 +28,31 @@ from itwin_report.masking import mask_text
 from itwin_report.options import tracking_uri_option, warmup_option
 from itwin_report.render import FORMATS
 
+MAIN_HELP = """Scalability reports for distributed deep-learning runs logged to MLflow.
 
-@click.group(cls=ReportGroup, context_settings={"help_option_names": ["-h", "--help"]})
+\b
+Try it with emulated data:
+  itwin-report emulate
+  itwin-report generate-scalability-report --experiment-name emulated-cluster
+"""
+
+
+def _main_help() -> str:
+    """The group's help: the text above, then every exit code from :mod:`itwin_report.errors`."""
+    from itwin_report.errors import EXIT_CODES
+
+    codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
+    return f"{MAIN_HELP}\n\b\nExit codes:\n{codes}\n"
+
+
+@click.group(
+    cls=ReportGroup,
+    help=_main_help(),
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 @click.version_option(__version__, prog_name="itwin-report")
 def main() -> None:
-    """Scalability reports for distributed deep-learning runs logged to MLflow.
-
-    \b
-    Try it with emulated data:
-      itwin-report emulate
-      itwin-report generate-scalability-report --experiment-name emulated-cluster
-
-    \b
-    Exit codes:
-      0    success
-      1    error (bad input, unreachable store, unreadable data)
-      2    bad usage (unknown option, bad option value)
-      3    --fail-under-efficiency found a configuration below the threshold
-      130  interrupted (Ctrl-C); 143 terminated (SIGTERM): no partial file is left
-    """
+    """Scalability reports for distributed deep-learning runs logged to MLflow."""
 
 
 def _split_names(values: Sequence[str]) -> list[str]:
@@ -68,13 +74,17 @@ def _parse_rate_config(value: str | None) -> tuple[str, int] | None:
 
 
 def _parse_workers(value: str | None) -> list[int]:
-    """``64,128`` -> ``[64, 128]``; BadParameter for anything but positive integers."""
+    """``64,128`` -> ``[64, 128]``; BadParameter for anything but worker counts the loader
+    accepts (ASCII digits, 1 to its maximum worker count)."""
+    from itwin_report.validate import MAX_WORKERS
+
     if not value:
         return []
     parts = [p.strip() for p in value.split(",") if p.strip()]
-    if not parts or not all(p.isdigit() and int(p) > 0 for p in parts):
+    good = all(p.isascii() and p.isdigit() and len(p) <= 12 for p in parts)
+    if not parts or not good or not all(1 <= int(p) <= MAX_WORKERS for p in parts):
         raise click.BadParameter(
-            "expected positive worker counts separated by commas, e.g. 64,128",
+            f"expected worker counts from 1 to {MAX_WORKERS:,} separated by commas, e.g. 64,128",
             param_hint="--predict",
         )
     return [int(p) for p in parts]
@@ -262,20 +272,18 @@ def generate_scalability_report(
     verdict. Plots go to --plot-dir.
 
     \b
-    Examples:
-      itwin-report generate-scalability-report -e my-exp
-      itwin-report generate-scalability-report -e my-exp --run-names ddp-4,ddp-8
-      itwin-report generate-scalability-report -e my-exp --tracking-uri mllogs/mlflow
-      itwin-report generate-scalability-report -e my-exp --tracking-uri http://127.0.0.1:5000
-      itwin-report generate-scalability-report -e my-exp --format markdown >> "$GITHUB_STEP_SUMMARY"
-      itwin-report generate-scalability-report -e my-exp --fail-under-efficiency 0.7 --no-plots
-      itwin-report generate-scalability-report -e my-exp --baseline per-strategy
-      itwin-report generate-scalability-report -e my-exp --samples-per-epoch 8192
-      itwin-report generate-scalability-report -e my-exp --predict 64,128
-      itwin-report generate-scalability-report -e my-exp --strategy-param backend \
-        --workers-param world_size
-      itwin-report generate-scalability-report -e my-exp --format html -o report.html
-      itwin-report generate-scalability-report -e my-exp --html report.html --no-plots
+    Examples (each works as written after `itwin-report emulate`; other stores:
+    --tracking-uri, e.g. http://127.0.0.1:5000 or sqlite:///path/mlflow.db):
+      itwin-report generate-scalability-report -e emulated-cluster
+      itwin-report generate-scalability-report -e emulated-cluster -r torch-ddp-4,torch-ddp-8
+      itwin-report generate-scalability-report -e emulated-cluster --format markdown > r.md
+      itwin-report generate-scalability-report -e emulated-cluster --fail-under-efficiency 0.5
+      itwin-report generate-scalability-report -e emulated-cluster --baseline per-strategy
+      itwin-report generate-scalability-report -e emulated-cluster --samples-per-epoch 25000
+      itwin-report generate-scalability-report -e emulated-cluster --predict 64,128
+      itwin-report generate-scalability-report --strategy-param distributed_strategy
+      itwin-report generate-scalability-report -e emulated-cluster --format html -o r.html
+      itwin-report generate-scalability-report -e emulated-cluster --html r.html --no-plots
     """
     from itwin_report import store
     from itwin_report.render import render
@@ -315,11 +323,9 @@ def generate_scalability_report(
     plots = _plots(report) if want_page or not no_plots else None
     page = _html_page(report, data, plots) if want_page else ""
     text = page if fmt == "html" else render(report, fmt, styled=_styled(fmt, output))
-    _emit(text, output)
-    if html_path is not None:
-        _emit(page, html_path)
-    if not no_plots:
-        _save_plots(plots, plot_dir, plot_format, quiet)
+    _publish(
+        text, output, page, html_path, None if no_plots else plots, plot_dir, plot_format, quiet
+    )
     if fail_under_efficiency is not None:
         failing = below_efficiency(report, fail_under_efficiency)
         if len(failing):
@@ -332,11 +338,11 @@ def generate_scalability_report(
 
 def _emit(text: str, output: Path | None) -> None:
     """Print ``text`` or write it to ``output`` (whole or not at all)."""
-    if output is None:
-        click.echo(text, nl=not text.endswith("\n"))
-        return
     from itwin_report import atomic
 
+    if output is None:
+        atomic.write_stdout(text)
+        return
     try:
         atomic.write_text(output, text)
     except OSError as exc:
@@ -357,21 +363,52 @@ def _html_page(report: Any, data: Any, plots: Any) -> str:
     return render_html(report, context, page_plots(plots))
 
 
-def _save_plots(plots: Any, plot_dir: Path, plot_format: str, quiet: bool) -> None:
-    """Draw the plots into a staging folder inside ``plot_dir``, then move them in."""
+def _publish(
+    text: str,
+    output: Path | None,
+    page: str,
+    html_path: Path | None,
+    plots: Any,
+    plot_dir: Path,
+    plot_format: str,
+    quiet: bool,
+) -> None:
+    """The report's files as one set: each written beside its target and moved into place only
+    when all are complete, with the plots of an earlier report that this one does not draw
+    removed; then the report on stdout (without ``--output``) and the plots line on stderr."""
     from itwin_report import atomic
-    from itwin_report.plots import save_figures
 
-    try:
-        with atomic.staging_dir(plot_dir) as staging:
-            paths = atomic.publish(save_figures(plots.figures, staging, plot_format), plot_dir)
-    except OSError as exc:
-        raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
-    if not quiet:
+    with atomic.output_set() as outputs:
+        for path, content in ((output, text), (html_path, page)):
+            if path is not None:
+                try:
+                    outputs.text(path, content)
+                except OSError as exc:
+                    raise ReportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        paths = [] if plots is None else _save_plots(outputs, plots, plot_dir, plot_format)
+        outputs.commit()
+    if output is None:
+        atomic.write_stdout(text)
+    if plots is not None and not quiet:
         missing = "; ".join(f"{name}: {why}" for name, why in plots.missing.items())
         tail = f"; not drawn: {missing}" if missing else ""
-        line = f"Wrote {len(paths)} plots to {plot_dir}/ ({plot_format}){tail}"
+        count = "1 plot" if len(paths) == 1 else f"{len(paths)} plots"
+        line = f"Wrote {count} to {plot_dir}/ ({plot_format}){tail}"
         click.echo(mask_text(line), err=True)
+
+
+def _save_plots(outputs: Any, plots: Any, plot_dir: Path, plot_format: str) -> list[Path]:
+    """Draw the plots into a staging folder inside ``plot_dir``; stage them, and the removal
+    of the plots of an earlier report (fixed names only) that this report does not draw."""
+    from itwin_report.plots import save_figures, stale_plots
+
+    try:
+        staging = outputs.folder(plot_dir)
+        paths = outputs.files(save_figures(plots.figures, staging, plot_format), plot_dir)
+    except OSError as exc:
+        raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
+    outputs.remove(stale_plots(plot_dir, list(plots.figures), plot_format))
+    return paths
 
 
 @main.command("merge-performance")

@@ -17,6 +17,19 @@ EXIT_REGRESSION = 4
 EXIT_EMPTY = 5
 EXIT_SIGINT = 130
 EXIT_SIGNAL_BASE = 128  # interrupted: 128 + the signal's number (130 SIGINT, 143 SIGTERM)
+EXIT_SIGTERM = EXIT_SIGNAL_BASE + 15
+
+# every exit status and what it means: the command line's --help is written from this table
+EXIT_CODES: dict[int, str] = {
+    EXIT_OK: "success",
+    EXIT_ERROR: "error (bad input, unreachable store, unreadable data, full disk)",
+    EXIT_USAGE: "bad usage (unknown option, bad option value)",
+    EXIT_GATE: "--fail-under-efficiency found a configuration below the threshold",
+    EXIT_REGRESSION: "compare found a regression, or CURRENT lacks a configuration of BASELINE",
+    EXIT_EMPTY: "nothing measured: no usable run, epoch or configuration to report",
+    EXIT_SIGINT: "interrupted (Ctrl-C): no partial file is left",
+    EXIT_SIGTERM: "terminated (SIGTERM): no partial file is left",
+}
 
 
 class ReportError(Exception):

@@ -36,10 +36,18 @@ _MIN_SECRET_LEN = 4  # shorter values would mask ordinary words
 _SECRET_PARAM = re.compile(
     r"(token|passw|pwd|secret|key|auth|sig|credential|session|cookie|bearer)", re.IGNORECASE
 )
-# scheme://user[:password]@host in free text (user-info may hold anything but / and whitespace)
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<info>[^/\s@'\"<>]+)@")
-# name=value pairs in a query string or free text
-_QUERY_PAIR = re.compile(r"(?P<name>[A-Za-z0-9_.\-]+)=(?P<value>[^&\s'\"<>#;,)]+)")
+# scheme://user[:password]@host in free text (user-info may hold anything but / and whitespace).
+# Matches start only where a run of scheme characters starts (``lead``: its part before the
+# first letter), so a long run is scanned once, not once per character: linear time.
+_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.\-])(?P<lead>[0-9+.\-]*)"
+    r"(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<info>[^/\s@'\"<>]+)@"
+)
+# name=value pairs in a query string or free text (starting where a run of name characters
+# starts: the same matches, in linear time)
+_QUERY_PAIR = re.compile(
+    r"(?<![A-Za-z0-9_.\-])(?P<name>[A-Za-z0-9_.\-]+)=(?P<value>[^&\s'\"<>#;,)]+)"
+)
 # Authorization headers echoed in error texts
 _BEARER = re.compile(r"\b(Bearer|Basic|Token)\s+[A-Za-z0-9._~+/=\-]{6,}", re.IGNORECASE)
 
@@ -48,7 +56,7 @@ def _mask_userinfo(match: re.Match[str]) -> str:
     info = match.group("info")
     user, sep, _password = info.partition(":")
     masked = f"{user}:{MASK}" if sep else MASK
-    return f"{match.group('scheme')}{masked}@"
+    return f"{match.group('lead')}{match.group('scheme')}{masked}@"
 
 
 def _mask_pair(match: re.Match[str]) -> str:

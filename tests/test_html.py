@@ -345,7 +345,7 @@ def test_missing_plots_are_stated(tmp_path: Path) -> None:
     html = render_html(rep, PageContext("1", WHEN), page_plots(rep))
     text = " ".join(" ".join(Page(html).texts).split())
     assert "Plot gpu energy not drawn: no GPU metrics." in text
-    assert "Plot rates not drawn: no Rate/GlobalRate metrics." in text
+    assert "Plot rates not drawn: no run logged Rate/GlobalRate metrics." in text
     assert "No GPU data found." in text
     # same report, same date: the same bytes (SVG ids and metadata carry no randomness or clock)
     assert render_html(rep, PageContext("1", WHEN), page_plots(rep)) == html
@@ -361,7 +361,7 @@ def test_cli_format_html_and_not_drawn_message(scaling_sqlite: tuple[str, dict],
     assert code == 0 and stdout == ""
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     # the sample store logs no Rate metrics: the message says which plot is missing and why
-    assert "not drawn: rates: no Rate/GlobalRate metrics" in stderr
+    assert "not drawn: rates: no run logged Rate/GlobalRate metrics" in stderr
     assert not (tmp_path / "plots" / "rates.png").exists()
     code, _, stderr = invoke(
         REPORT, "--tracking-uri", uri, "-e", "scaling", "--no-plots", "-q",
@@ -400,3 +400,104 @@ def test_html_never_overwrites_the_store(tmp_path: Path) -> None:
     code, _, err = invoke(REPORT, "--tracking-uri", uri, "-e", "e", "--html", str(db), "-q")
     assert code == 2 and err.startswith("Error:") and "--html" in err
     assert db.read_bytes() == before
+
+
+# ---- cost linear in the size of store values; outputs published as one set ----
+
+
+def test_page_with_a_100_kb_name_renders_in_seconds() -> None:
+    """A 100 kB strategy name: the whole page (tables, plots, summary) in a few seconds, the
+    name shown shortened (it took over 600 s when every value was shown and masked whole)."""
+    import time
+
+    from itwin_report.render.safe import ELLIPSIS, MAX_LINE, MAX_SHOWN
+
+    name = "n" * 100_000
+    runs, metrics = [], []
+    for strategy in (name, "ddp"):
+        for w in (2, 4, 8):
+            rid = f"{strategy[:3]}{w}"
+            runs.append(run(rid, rid, strategy, w))
+            metrics += metric(rid, "epoch_time_s", [9.0, 8.0 / w, 8.0 / w])
+            metrics += metric(rid, "gpu_power_W", [100.0] * 4)
+    started = time.perf_counter()
+    data = make_data(runs, metrics)
+    rep = build_report(data, predict_workers=[32])
+    html = render_html(rep, page_context(data, "1", WHEN), page_plots(rep))
+    took = time.perf_counter() - started
+    assert took < 10, f"{took:.1f} s"
+    assert len(html) < 400_000
+    runs_shown = [len(m) for m in re.findall("n{100,}" + ELLIPSIS + "?", html)]
+    assert max(runs_shown) <= MAX_LINE and runs_shown.count(MAX_SHOWN) >= 3, runs_shown
+
+
+def _outputs(tmp_path: Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(tmp_path)): p.read_bytes()
+        for p in sorted(tmp_path.rglob("*"))
+        if p.is_file() and "store" not in p.parts
+    }
+
+
+def test_plots_of_an_earlier_report_are_removed(scaling_sqlite: tuple[str, dict], tmp_path: Path):
+    """The sample store has no Rate metrics and no --predict here: a rates.png and a
+    prediction.png from an earlier report go; files of other names or formats stay."""
+    uri, _ = scaling_sqlite
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    for name in ("prediction.png", "rates.png", "notes.txt", "prediction.svg", "x.png"):
+        (plots / name).write_text("from before")
+    code, _, err = invoke(REPORT, "--tracking-uri", uri, "-e", "scaling", "--plot-dir", str(plots))
+    assert code == 0, err
+    names = {p.name for p in plots.iterdir()}
+    assert {"notes.txt", "prediction.svg", "x.png", "speedup.png"} <= names
+    assert not {"prediction.png", "rates.png"} & names
+    assert not any(name.startswith(".") for name in names)
+    drawn = int(re.search(r"Wrote (\d+) plots", err).group(1))
+    assert len([n for n in names if n.endswith(".png")]) == drawn + 1  # + x.png
+
+
+def test_outputs_are_published_as_one_set(
+    scaling_sqlite: tuple[str, dict], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run that fails while drawing the plots leaves the page, the report and the plots of
+    the previous run exactly as they were: none of the new files is moved into place."""
+    from itwin_report.plots import output
+
+    uri, _ = scaling_sqlite
+    args = (
+        REPORT, "--tracking-uri", uri, "-e", "scaling", "-q", "--format", "json",
+        "-o", str(tmp_path / "r.json"), "--html", str(tmp_path / "r.html"),
+        "--plot-dir", str(tmp_path / "plots"),
+    )  # fmt: skip
+    code, _, err = invoke(*args, "--warmup-epochs", "0")
+    assert code == 0, err
+    before = _outputs(tmp_path)
+    assert {"r.json", "r.html", "plots/speedup.png"} <= set(before)
+
+    def fail(*_args: Any, **_kwargs: Any) -> Any:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(output, "_save", fail)
+    code, out, err = invoke(*args, "--warmup-epochs", "1")
+    assert code == 1 and out == ""
+    assert err.startswith("Error: cannot write plots to") and "No space left" in err
+    assert len(err.strip().splitlines()) == 1
+    assert _outputs(tmp_path) == before  # no new page beside old plots, no temporary file
+
+
+def test_stdout_on_a_full_disk_is_one_line(scaling_sqlite: tuple[str, dict]) -> None:
+    import subprocess
+    import sys
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    uri, _ = scaling_sqlite
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run(
+            [sys.executable, "-m", "itwin_report", REPORT, "--tracking-uri", uri, "-e", "scaling",
+             "-q", "--no-plots"],
+            stdout=full, stderr=subprocess.PIPE, text=True, timeout=300,
+        )  # fmt: skip
+    assert proc.returncode == 1
+    assert proc.stderr.splitlines() == ["Error: cannot write to stdout: No space left on device"]

@@ -218,11 +218,11 @@ def test_missing_plots_say_why() -> None:
     plots = plot_report(build_report(make_data(runs, metrics, profs)))
     assert list(plots.figures) == ["epoch_time", "speedup", "efficiency"]
     assert plots.missing == {
-        "computation": "profiles hold no GPU time (recorded without a GPU?)",
+        "computation": "the profiles hold no GPU time (recorded without a GPU)",  # the report's
         "gpu_energy": "no GPU metrics",
         "gpu_utilization": "no GPU metrics",
         "throughput": "no throughput data",
-        "rates": "no Rate/GlobalRate metrics",
+        "rates": "no run logged Rate/GlobalRate metrics",
     }
 
 
@@ -253,3 +253,121 @@ def test_throughput_ideal_agrees_with_table_efficiency(figs) -> None:
         if rec["workers"] == xs[-1]:
             # the table's efficiency = measured / ideal at the same worker count
             assert rec["samples_per_sec"] / ys[-1] == pytest.approx(rec["efficiency"])
+
+
+# ---- every text that reaches matplotlib is literal, short, and quiet ----
+
+MATH_NAMES = ["$\\notacommand{x}$", "$x^{2}$", "a\\$b$", "back\\slash$"]
+
+
+def scaling_report(names: list[str], counts=(2, 4, 8, 16), predict: list[int] | None = None):
+    """Strategies with Amdahl-like epoch times (serial 2 s + 60 s / workers) and GPU power."""
+    runs, metrics, profs = [], [], []
+    for i, strategy in enumerate(names):
+        for w in counts:
+            rid = f"s{i}-{w}"
+            runs.append(run(rid, rid, strategy, w, samples_per_epoch=800))
+            t = 2.0 + 60.0 / w + 0.1 * i
+            metrics += metric(rid, "epoch_time_s", [t * 1.5, t, t * 1.01, t * 0.99])
+            metrics += metric(rid, "gpu_power_W", [100.0] * 4)
+            metrics += metric(rid, R, smoothed([5] + [10] * 11))
+            profs += profile(rid, [("aten::mm", 70), ("nccl:all_reduce", 20)])
+    return build_report(make_data(runs, metrics, profs), predict_workers=predict or [])
+
+
+def all_texts(fig) -> list[str]:
+    from matplotlib.text import Text
+
+    return [t.get_text() for t in fig.findobj(Text) if t.get_text()]
+
+
+def test_no_store_value_is_read_as_mathtext(tmp_path: Path) -> None:
+    """Titles, legends, tick labels and annotations of every figure, the prediction plot
+    included, go through one escaping function: nothing is mathtext, nothing fails to draw."""
+    from matplotlib.cbook import is_math_text
+
+    rep = scaling_report(MATH_NAMES, predict=[64])
+    plots = plot_report(rep)
+    assert "prediction" in plots.figures and "computation" in plots.figures
+    texts = {name: all_texts(fig) for name, fig in plots.figures.items()}
+    for name, found in texts.items():
+        assert not [t for t in found if is_math_text(t)], name
+    legend = [t.get_text() for t in plots.figures["prediction"].axes[0].get_legend().get_texts()]
+    assert "\\$x^{2}\\$ measured" in legend and "\\$\\notacommand{x}\\$ measured" in legend
+    svg = figure_svg(plots.figures["prediction"], "prediction")
+    assert "$x^{2}$ measured" in svg and "$\\notacommand{x}$ measured" in svg
+    assert "a\\$b$ measured" in svg  # drawn as typed: the backslash stays
+    paths = save_figures(plots.figures, tmp_path, "png")  # drawing parses every text
+    assert len(paths) == len(plots.figures)
+
+
+def test_long_names_are_shortened_in_every_figure() -> None:
+    from itwin_report.plots import label
+    from itwin_report.render.safe import ELLIPSIS, MAX_SHOWN
+
+    long = "q" * 100_000
+    rep = scaling_report([long, "ddp"], predict=[64])
+    plots = plot_report(rep)
+    for name, fig in plots.figures.items():
+        longest = max(len(t) for t in all_texts(fig))
+        assert longest <= MAX_SHOWN + 40, (name, longest)
+    legend = [t.get_text() for t in plots.figures["epoch_time"].axes[0].get_legend().get_texts()]
+    assert "q" * (MAX_SHOWN - 1) + ELLIPSIS in legend
+    assert label("x" * 10) == "x" * 10 and len(label("x" * 1000)) == MAX_SHOWN
+
+
+def test_many_strategies_draw_without_library_warnings(tmp_path: Path, capfd) -> None:
+    import warnings
+
+    rep = scaling_report([f"s{i:03d}" for i in range(120)], counts=(2, 4))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plots = plot_report(rep)
+        save_figures(plots.figures, tmp_path, "png")
+    assert not caught, [str(w.message) for w in caught]
+    assert capfd.readouterr().err == ""
+
+
+def test_missing_reasons_state_the_real_cause() -> None:
+    from itwin_report.plots import missing_reason
+
+    # --rate-config naming a configuration that does not exist
+    runs = [run(f"r{w}", f"r{w}", "ddp", w) for w in (2, 4)]
+    metrics = [m for w in (2, 4) for m in metric(f"r{w}", "epoch_time_s", [9.0, 8.0 / w])]
+    metrics += metric("r2", R, smoothed([5] + [10] * 11))
+    data = make_data(runs, metrics)
+    rep = build_report(data, rate_config=("ddp", 64))
+    assert missing_reason(rep, "rates") == (
+        "--rate-config names ddp with 64 workers, a configuration the report does not have"
+    )
+    rep = build_report(data, rate_config=("ddp", 4))
+    assert missing_reason(rep, "rates") == (
+        "no Rate/GlobalRate metrics for ddp with 4 workers (--rate-config)"
+    )
+    assert build_report(data).rate_config == ("ddp", 2)
+    no_rates = make_data(runs, [m for m in metrics if m["key"] == "epoch_time_s"])
+    assert missing_reason(build_report(no_rates), "rates") == (
+        "no run logged Rate/GlobalRate metrics"
+    )
+    # weak scaling: speedup of epoch time is not defined, there is a baseline run
+    weak = build_report(no_rates, scaling="weak")
+    assert weak.epoch_time["speedup"].isna().all()
+    assert missing_reason(weak, "speedup").startswith("weak scaling: ")
+    assert "baseline" not in missing_reason(weak, "speedup")
+
+
+def test_rates_title_says_one_worker() -> None:
+    runs = [run("r1", "r1", "ddp", 1)]
+    metrics = metric("r1", "epoch_time_s", [9.0, 8.0]) + metric("r1", R, smoothed([5] + [10] * 11))
+    fig = make_figures(build_report(make_data(runs, metrics)))["rates"]
+    assert fig.axes[0].get_title() == "Per-worker rates: ddp, 1 worker"
+
+
+def test_stale_plots_are_only_this_tools_names(tmp_path: Path) -> None:
+    from itwin_report.plots import stale_plots
+
+    for name in ("prediction.png", "speedup.png", "rates.svg", "notes.png", "my.png"):
+        (tmp_path / name).write_text("x")
+    (tmp_path / "epoch_time.png").mkdir()  # a folder is never removed
+    found = stale_plots(tmp_path, ["speedup"], "png")
+    assert sorted(p.name for p in found) == ["prediction.png"]

@@ -257,8 +257,15 @@ def test_markdown_escapes_cells_and_html() -> None:
 def test_csv_protects_text_cells_not_numbers() -> None:
     rows = list(csv.DictReader(io.StringIO(render(hostile_report(), "csv"))))
     strategies = [r["strategy"] for r in rows if r["table"] == "epoch_time"]
-    assert strategies[5:] == ["'=HYPERLINK(1)", "'+1", "'-2", "'@SUM(A1)", "'\tTAB", "<b>&|\\"]
-    assert strategies[3] == FAKE_ROW  # quoted by the CSV writer, one cell
+    assert strategies[5:] == ["'=HYPERLINK(1)", "'+1", "'-2", "'@SUM(A1)", "'\\tTAB", "<b>&|\\"]
+    # control characters are escaped as in the other text formats: one line per row
+    assert strategies[:5] == [
+        "\\x1b[31mred",
+        LINK,
+        "[/bold]",
+        "evil\\nddp 99 1 3 1.00 s",
+        "x\\u202egnp.exe",
+    ]
     assert all(r["speedup"] == "-1.5" for r in rows if r["table"] == "epoch_time")
     assert rows[-1]["source"] == "performance.json"
 
@@ -275,3 +282,83 @@ def test_json_keeps_raw_values_but_masks_secrets() -> None:
     assert obj["tracking_uri"] == "http://alice:***@host:5000/?token=***"
     assert obj["warnings"][0] == "run on http://bob:***@db/x failed"
     assert SECRET not in json.dumps(obj)
+
+
+def test_csv_holds_no_control_character() -> None:
+    """A terminal title sequence (ESC ] 0 ; ... BEL) in a name reaches the CSV escaped."""
+    report = hostile_report()
+    report.epoch_time.loc[0, "strategy"] = "\x1b]0;owned\x07ddp"
+    text = render(report, "csv")
+    assert not any(c in text for c in "\x1b\x07\u202e\r")
+    assert "\\x1b]0;owned\\x07ddp" in text
+    # one physical line per record: no newline from a value splits a row
+    assert len(text.splitlines()) == 1 + len(list(csv.DictReader(io.StringIO(text))))
+
+
+def long_name_report(name: str) -> Report:
+    report = hand_report()
+    report.epoch_time.loc[0, "strategy"] = name
+    report.experiment = name
+    report.warnings = [f"no GPU data for {name}-4"]
+    return report
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_long_values_are_shortened_in_text_formats(fmt: str) -> None:
+    from itwin_report.render.safe import ELLIPSIS, MAX_LINE, MAX_SHOWN
+
+    name = "n" * 100_000
+    text = render(long_name_report(name), fmt)
+    runs = [len(m) for m in re.findall(r"n{50,}" + ELLIPSIS, text)]
+    # the cell and the title show MAX_SHOWN characters, the ellipsis included
+    assert runs.count(MAX_SHOWN) >= 2, runs
+    assert max(len(line) for line in text.splitlines()) <= MAX_LINE + 40
+    assert "n" * MAX_SHOWN not in text.split("Warnings")[0]
+
+
+def test_long_values_stay_whole_in_json_and_csv() -> None:
+    name = "n" * 20_000
+    report = long_name_report(name)
+    assert json.loads(render(report, "json"))["epoch_time"][0]["strategy"] == name
+    rows = list(csv.DictReader(io.StringIO(render(report, "csv"))))
+    assert rows[0]["strategy"] == name
+
+
+def test_shorten_and_plural() -> None:
+    from itwin_report.render.layout import plural
+    from itwin_report.render.safe import shorten
+
+    assert shorten("abc", 3) == "abc"
+    assert shorten("abcd", 3) == "ab\u2026" and len(shorten("x" * 500)) == 200
+    assert plural(1, "worker") == "1 worker" and plural(2, "worker") == "2 workers"
+    assert plural(1.0, "GPU") == "1 GPU" and plural(0.5, "worker") == "0.5 workers"
+    assert plural(3, "run", "runs of it") == "3 runs of it"
+
+
+def test_styled_table_cuts_no_cell_at_120_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 120 columns the widest table (throughput, 11 columns) fits: headers wrap at spaces,
+    no value ends in an ellipsis. Narrower than its words, a column folds, never cuts."""
+    ansi = re.compile(r"\x1b\[[0-9;]*m")
+    report = hand_report()
+    report.throughput.loc[:, "strategy"] = "non-distributed"
+    for columns in (120, 100):
+        monkeypatch.setenv("COLUMNS", str(columns))
+        text = ansi.sub("", render(report, "table", styled=True))
+        assert "\u2026" not in text
+        assert max(len(line.rstrip()) for line in text.splitlines()) <= columns
+    monkeypatch.setenv("COLUMNS", "120")
+    text = ansi.sub("", render(report, "table", styled=True))
+    assert "performance.json" in text and "non-distributed" in text
+    for header in ("Efficiency", "Input-bound", "Samples/s", "Estimate", "Achieved"):
+        assert header in text, header
+
+
+def test_column_widths_give_each_column_its_longest_word() -> None:
+    from itwin_report.render.styled import column_widths
+
+    headers = ["Name", "Efficiency (throughput)"]
+    rows = [["performance.json", "90.3 %"]]
+    assert column_widths(headers, rows, 60, 3) == (True, None)  # fits as it is
+    fits, widths = column_widths(headers, rows, 30, 1)
+    assert fits and widths is not None and widths[0] == 16 and 12 <= widths[1] <= 13
+    assert column_widths(headers, rows, 20, 1) == (False, None)  # even words do not fit

@@ -7,6 +7,7 @@ import click
 from itwin_report.emulator.options import DEFAULT_EXPERIMENT, EmulationOptions, OptionError
 from itwin_report.emulator.params import PRESETS, STRATEGIES
 from itwin_report.masking import mask_text, mask_uri
+from itwin_report.render.layout import plural
 from itwin_report.store import DEFAULT_TRACKING_URI, resolve_tracking_uri
 
 
@@ -36,7 +37,8 @@ def _summary(result, truth_path: str | None) -> str:
         f"experiment:    {mask_text(result.experiment_name)} (id {result.experiment_id})",
         f"tracking URI:  {uri}",
         f"artifacts:     {mask_uri(result.artifact_location) or 'chosen by the server'}",
-        f"jobs:          {result.jobs} top-level runs, {result.worker_runs} worker runs",
+        f"jobs:          {plural(result.jobs, 'top-level run')}, "
+        f"{plural(result.worker_runs, 'worker run')}",
         f"metric points: {result.metric_points}",
         f"took:          {result.seconds:.1f} s",
     ]
@@ -69,6 +71,21 @@ def _check_truth_path(truth_path: str, uri: str, root: str | None, experiment: s
         raise Failure(conflict, EXIT_USAGE)
 
 
+def params_listing(name: str) -> str:
+    """Every model parameter with its type and its value in preset ``name``, one a line."""
+    from dataclasses import fields
+
+    from itwin_report.emulator.params import preset as get_preset
+
+    values = get_preset(name)
+    lines = [f"Model parameters of preset {name!r} (change one with --set NAME=VALUE):"]
+    for f in fields(values):
+        kind = "integer" if f.type in ("int", int) else "number"
+        lines.append(f"  {f.name:<34} {kind:<8} {getattr(values, f.name)!r}")
+    lines.append("Prefixes: ddp_ torch-ddp, hvd_ horovod, ds_ deepspeed; units are in the names.")
+    return "\n".join(lines)
+
+
 @click.command(
     "emulate",
     epilog="""\b
@@ -80,6 +97,7 @@ Examples:
   itwin-report emulate --itwinai-only --workers 1,2,4 --log-on-workers 0
   itwin-report emulate --scaling weak --truth weak-truth.json
   itwin-report emulate --tracking-uri postgresql://user@db/mlflow --artifact-root /shared/artifacts
+  itwin-report emulate --list-params --preset mnist
 
 \b
 Limits (bad values exit 2 before anything is written): --workers 1..4096 each,
@@ -195,6 +213,12 @@ runs and about 5 million metric points in all.
     help="Upgrade an SQLite store written by an older MLflow in place before writing "
     "(otherwise such a store is refused).",
 )
+@click.option(
+    "--list-params",
+    is_flag=True,
+    help="List the model parameters --set takes, with their values in --preset, and exit.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 def emulate_command(
     strategies: str,
     workers: str,
@@ -214,8 +238,19 @@ def emulate_command(
     scaling: str,
     artifact_root: str | None,
     migrate: bool,
+    list_params: bool,
+    quiet: bool,
 ) -> None:
-    """Write realistic sample training runs of an emulated GPU cluster to MLflow."""
+    """Write realistic sample training runs of an emulated GPU cluster to MLflow.
+
+    The performance model's parameters (list them with --list-params) start from --preset and
+    are changed one by one with --set NAME=VALUE.
+    """
+    from itwin_report.atomic import write_stdout
+
+    if list_params:
+        write_stdout(params_listing(preset))
+        return
     options = EmulationOptions(
         strategies=_split(strategies, "--strategies"),
         workers=_ints(workers),
@@ -240,7 +275,9 @@ def emulate_command(
     root = artifact_root or default_artifact_root(uri)
     if truth_path:
         _check_truth_path(truth_path, uri, root, experiment_name)
-    result = run_emulation(options, uri, show_progress=True, artifact_root=root, migrate=migrate)
+    result = run_emulation(
+        options, uri, show_progress=not quiet, artifact_root=root, migrate=migrate
+    )
     if truth_path:
         write_truth(expected_truth(options), truth_path)
-    click.echo(_summary(result, truth_path))
+    write_stdout(_summary(result, truth_path))

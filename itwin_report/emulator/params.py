@@ -224,7 +224,9 @@ def with_overrides(params: ModelParams, assignments: list[str] | tuple[str, ...]
         if not sep or not name:
             raise ReportError(f"--set expects NAME=VALUE, got {item!r}")
         if name not in types:
-            raise ReportError(f"--set {name}: unknown parameter (see docs/emulator.md)")
+            raise ReportError(
+                f"--set {name}: unknown parameter (itwin-report emulate --list-params lists them)"
+            )
         changes[name] = _convert(name, types[name], text.strip())
     out = replace(params, **changes)
     validate(out)

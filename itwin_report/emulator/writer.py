@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable
@@ -152,16 +153,91 @@ def run_emulation(
     p = options.params()
     upgrade = check_target(tracking_uri, migrate)
     check_reachable(tracking_uri)
-    _prepare_store(tracking_uri)
-    from itwin_report.emulator import mlflow_writer
+    created = new_paths(tracking_uri, options.experiment_name, artifact_root)
+    try:
+        _prepare_store(tracking_uri)
+        from itwin_report.emulator import mlflow_writer
 
-    if upgrade:
-        mlflow_writer.upgrade_store(tracking_uri)
+        if upgrade:
+            mlflow_writer.upgrade_store(tracking_uri)
 
-    with mlflow_writer.writing_environment(tracking_uri):
-        result = _emulate(options, p, tracking_uri, show_progress, hook, artifact_root)
+        with mlflow_writer.writing_environment(tracking_uri):
+            result = _emulate(options, p, tracking_uri, show_progress, hook, artifact_root)
+    except BaseException as exc:
+        remove_created(created)
+        if isinstance(exc, Exception) and not isinstance(exc, ReportError):
+            reason = _os_reason(exc)
+            if reason is not None:
+                raise StoreError(
+                    f"writing to {mask_uri(tracking_uri)} failed: {reason}; nothing was kept"
+                ) from None
+        raise
     result.seconds = time.perf_counter() - started
     return result
+
+
+def _os_reason(exc: BaseException) -> str | None:
+    """A full disk or a failed write, as one short phrase (``None``: not such a failure).
+
+    OSError, sqlite3's errors and the database errors SQLAlchemy wraps them in (``.orig``).
+    """
+    import sqlite3
+
+    inner = getattr(exc, "orig", None) or exc
+    if isinstance(inner, OSError):
+        return str(inner.strerror or inner)
+    if isinstance(inner, sqlite3.Error):
+        return str(inner).splitlines()[0] if str(inner) else type(inner).__name__
+    return None
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost folder or file on the way to ``path`` that does not exist yet."""
+    path = path.expanduser().absolute()
+    if path.exists():
+        return None
+    missing = path
+    while not missing.parent.exists() and missing.parent != missing:
+        missing = missing.parent
+    return missing
+
+
+def new_paths(uri: str, experiment: str, artifact_root: str | None) -> list[Path]:
+    """What an emulation into ``uri`` would create on this machine (a new SQLite database and
+    its side files, a new file store, the new experiment's artifact folder): removed again when
+    the emulation fails, so a full disk or an interruption leaves no partial store behind."""
+    from itwin_report.emulator.mlflow_writer import artifact_location
+    from itwin_report.store.uri import FILE, file_store_path
+
+    kind = store_kind(uri)
+    out: list[Path] = []
+    if kind == SQLITE:
+        db = sqlite_path(uri).expanduser().absolute()
+        if not db.exists():
+            first = _first_missing(db.parent)
+            out += [first] if first is not None else []
+            out += [db.with_name(db.name + suffix) for suffix in ("", "-journal", "-wal", "-shm")]
+    elif kind == FILE:
+        first = _first_missing(file_store_path(uri))
+        out += [first] if first is not None else []
+    location = artifact_location(uri, experiment, artifact_root)
+    local = local_artifact_dir(location) if location else None
+    if local is not None:
+        first = _first_missing(local)
+        out += [first] if first is not None else []
+    return out
+
+
+def remove_created(paths: list[Path]) -> None:
+    """Remove files and folders this emulation created (see :func:`new_paths`)."""
+    import shutil
+
+    for path in paths:
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        elif path.exists() or path.is_symlink():
+            with contextlib.suppress(OSError):
+                path.unlink()
 
 
 def _emulate(
@@ -212,7 +288,8 @@ def _emulate(
                 advance(1)
         writer.commit()
     except BaseException as exc:
-        writer.abort(clock, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
+        with contextlib.suppress(Exception):  # the first error is the one to report
+            writer.abort(clock, "KILLED" if isinstance(exc, KeyboardInterrupt) else "FAILED")
         if isinstance(exc, mlflow_writer.MlflowException):
             message = f"writing to {mask_uri(tracking_uri)} failed: {exc}"
             raise StoreError(mask_text(message)) from None

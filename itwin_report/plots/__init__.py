@@ -16,6 +16,7 @@ from itwin_report.plots.output import (
     missing_reason,
     plot_report,
     save_figures,
+    stale_plots,
 )
 
 __all__ = [
@@ -30,5 +31,6 @@ __all__ = [
     "missing_reason",
     "plot_report",
     "save_figures",
+    "stale_plots",
     "strategy_colors",
 ]

@@ -2,7 +2,7 @@
 
 Figures are laid out once with fixed margins (no layout engine, no tight bounding box), so
 saving draws each figure a single time. Store values (strategy names) reach matplotlib only
-through :func:`label`, which keeps ``$`` from starting mathtext.
+through :func:`label`, which keeps ``$`` from starting mathtext and caps their length.
 
 Light module: matplotlib is imported inside functions.
 """
@@ -10,6 +10,8 @@ Light module: matplotlib is imported inside functions.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
+from itwin_report.render.layout import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -39,11 +41,15 @@ OUTSIDE_LEGEND_RIGHT = 0.8
 
 
 def label(text: object) -> str:
-    """A store value as matplotlib text: masked, literal (never mathtext), controls escaped."""
-    from itwin_report.masking import mask_text
-    from itwin_report.render.safe import terminal
+    """Any text with a store value in it as matplotlib text: masked, then
+    :func:`~itwin_report.render.safe.plot_text` (shortened, controls escaped, never mathtext).
 
-    return terminal(mask_text(str(text))).replace("$", r"\$")
+    Every title, legend entry, tick label and annotation built from store values goes here.
+    """
+    from itwin_report.masking import mask_text
+    from itwin_report.render.safe import plot_text
+
+    return plot_text(mask_text(str(text)))
 
 
 def strategy_colors(report: Report) -> dict[str, str]:
@@ -175,7 +181,7 @@ def _ideal_speedup(ax: Axes, table: pd.DataFrame) -> None:
     bases = ideal_bases(table)
     for base, workers in bases.items():
         low, top = min(workers), max(workers)
-        name = "ideal (linear)" if len(bases) == 1 else f"ideal from {base:g} workers"
+        name = "ideal (linear)" if len(bases) == 1 else f"ideal from {plural(base, 'worker')}"
         ax.plot([low, top], [low / base, top / base], label=name, color=IDEAL_COLOR, ls="--")
 
 
@@ -349,7 +355,7 @@ def rates_figure(report: Report) -> Figure | None:
         return None
     strategy, workers = report.rate_config
     color = strategy_colors(report).get(strategy, PALETTE[0])
-    fig, ax = _figure(label(f"Per-worker rates: {strategy}, {workers} workers"))
+    fig, ax = _figure(label(f"Per-worker rates: {strategy}, {plural(workers, 'worker')}"))
     rate = series[series["key"] == RATE]
     glob = series[series["key"] == GLOBAL_RATE]
     if len(rate):

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import io
 import re
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,24 +73,69 @@ class PlotSet:
 
 
 def missing_reason(report: Report, name: str) -> str:
-    """Why figure ``name`` has no data, in a few words."""
+    """Why figure ``name`` has no data, in a few words: the real cause, not a guess."""
     if name == "rates":
-        return "no Rate/GlobalRate metrics"
+        return _rates_reason(report)
     table, _column, if_empty, if_nan = _SOURCES[name]
     frame = getattr(report, table)
-    return if_empty if frame.empty else if_nan
+    if frame.empty:
+        return if_empty
+    if name == "speedup" and _scaling(report) == "weak":
+        return "weak scaling: epoch time is not expected to fall, so speedup is not defined"
+    return report.reasons.get(table, if_nan) if name == "computation" else if_nan
+
+
+def _scaling(report: Report) -> str | None:
+    analysis = getattr(report, "analysis", None)
+    return None if analysis is None else str(analysis.scaling)
+
+
+def _rates_reason(report: Report) -> str:
+    """No Rate metrics anywhere, or none for the configuration ``--rate-config`` names."""
+    from itwin_report.render.layout import plural
+
+    if report.rate_config is None:
+        return "no run logged Rate/GlobalRate metrics"
+    strategy, workers = report.rate_config
+    name = label_text(f"{strategy} with {plural(workers, 'worker')}")
+    known = {
+        (str(s), int(w))
+        for frame in (report.epoch_time, report.gpu, report.throughput, report.computation)
+        for s, w in zip(frame["strategy"], frame["workers"], strict=True)
+    }
+    if (str(strategy), int(workers)) not in known:
+        return f"--rate-config names {name}, a configuration the report does not have"
+    return f"no Rate/GlobalRate metrics for {name} (--rate-config)"
+
+
+def label_text(text: str) -> str:
+    """A reason's store values as shown in messages: masked and shortened."""
+    from itwin_report.masking import mask_text
+    from itwin_report.render.safe import shorten
+
+    return shorten(mask_text(text))
+
+
+@contextmanager
+def quiet_library() -> Iterator[None]:
+    """No library warning reaches stderr while figures are built or drawn (a legend with
+    thousands of entries makes matplotlib warn that placing it is slow)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 def plot_report(report: Report) -> PlotSet:
     """Every figure that has data, and the reason each other one is missing."""
     out = PlotSet()
-    for name, build in FIGURES.items():
-        fig = build(report)
-        if fig is None:
-            if name not in _ON_REQUEST:
-                out.missing[name] = missing_reason(report, name)
-        else:
-            out.figures[name] = fig
+    with quiet_library():
+        for name, build in FIGURES.items():
+            fig = build(report)
+            if fig is None:
+                if name not in _ON_REQUEST:
+                    out.missing[name] = missing_reason(report, name)
+            else:
+                out.figures[name] = fig
     return out
 
 
@@ -108,17 +155,32 @@ def save_figures(figures: dict[str, Figure], plot_dir: Path, fmt: str = "png") -
     paths = []
     try:
         plot_dir.mkdir(parents=True, exist_ok=True)
-        for name, fig in figures.items():
-            path = plot_dir / f"{name}.{fmt}"
-            if fmt == "png":  # the fastest zlib level: a tenth faster, files about 12 % larger
-                fig.savefig(path, format=fmt, dpi=DPI, pil_kwargs={"compress_level": 1})
-            else:
-                fig.savefig(path, format=fmt, dpi=DPI, metadata=_metadata(fmt))
-            fig.clear()
-            paths.append(path)
+        with quiet_library():
+            paths = [_save(fig, plot_dir / f"{name}.{fmt}", fmt) for name, fig in figures.items()]
     except OSError as exc:
         raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
     return paths
+
+
+def _save(fig: Figure, path: Path, fmt: str) -> Path:
+    """Draw ``fig`` into ``path``, then clear it."""
+    if fmt == "png":  # the fastest zlib level: a tenth faster, files about 12 % larger
+        fig.savefig(path, format=fmt, dpi=DPI, pil_kwargs={"compress_level": 1})
+    else:
+        fig.savefig(path, format=fmt, dpi=DPI, metadata=_metadata(fmt))
+    fig.clear()
+    return path
+
+
+def stale_plots(plot_dir: Path, drawn: list[str], fmt: str) -> list[Path]:
+    """Plots of an earlier report in ``plot_dir``: files named after a figure this tool draws
+    (``prediction.png``), in ``fmt``, that the new report did not draw. No other file."""
+    keep = set(drawn)
+    return [
+        path
+        for name in FIGURES
+        if name not in keep and (path := Path(plot_dir) / f"{name}.{fmt}").is_file()
+    ]
 
 
 def _metadata(fmt: str) -> dict[str, str | None]:
@@ -144,7 +206,8 @@ def figure_svg(fig: Figure, name: str) -> str:
     if not _SAFE_NAME.fullmatch(name):
         raise ValueError(f"figure name must be a plain identifier, got {name!r}")
     buf = io.StringIO()
-    with rc_context({"svg.fonttype": "none", "svg.hashsalt": f"itwin-report-{name}"}):
+    rc = {"svg.fonttype": "none", "svg.hashsalt": f"itwin-report-{name}"}
+    with quiet_library(), rc_context(rc):
         fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = _METADATA.sub("", _XML_PROLOGUE.sub("", buf.getvalue(), count=1), count=1).strip()
     return _ID_REF.sub(lambda m: f"{m.group(1)}{name}-{m.group(2)}", svg)

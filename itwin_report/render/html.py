@@ -17,7 +17,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from itwin_report.masking import mask_text, mask_uri
-from itwin_report.render.safe import terminal
+from itwin_report.render.safe import MAX_LINE, shorten, terminal
 
 if TYPE_CHECKING:
     from itwin_report.plots import PlotSet
@@ -58,9 +58,10 @@ class PagePlots:
 
 
 def text(value: object) -> str:
-    """A value as HTML text: secrets masked, control and bidi characters shown as escapes
-    (``\\x1b``, ``\\u202e``), markup escaped (quotes too: safe in attributes)."""
-    return escape(terminal(mask_text(str(value))), quote=True)
+    """A value as HTML text: secrets masked, at most a line long (values in the layout are
+    already shortened), control and bidi characters shown as escapes (``\\x1b``, ``\\u202e``),
+    markup escaped (quotes too: safe in attributes)."""
+    return escape(terminal(shorten(mask_text(str(value)), MAX_LINE)), quote=True)
 
 
 def page_time(environ: Mapping[str, str]) -> datetime:
@@ -110,7 +111,7 @@ def render_html(report: Report, context: PageContext, plots: PagePlots | None = 
     blocks = layout(report).blocks
     warnings = [w for b in blocks if isinstance(b, Notes) and b.warning for w in b.items]
     by_table, general = _warnings_by_table(warnings)
-    title = f"Scalability report: {report.experiment}"
+    title = f"Scalability report: {shorten(mask_text(report.experiment))}"
     parts = [_head(title), "<body>", "<main>"]
     footer = ""
     for block in blocks:

@@ -2,7 +2,9 @@
 
 Every text writer (plain, rich, markdown, html) walks :func:`layout`'s blocks and writes each
 in its own way; none decides what a report contains or in which order. Texts in the blocks are
-masked (:mod:`itwin_report.masking`) but not escaped: escaping belongs to each writer
+masked (:mod:`itwin_report.masking`) and shortened (a value to
+:data:`~itwin_report.render.safe.MAX_SHOWN` characters, a sentence to
+:data:`~itwin_report.render.safe.MAX_LINE`) but not escaped: escaping belongs to each writer
 (:mod:`itwin_report.render.safe`).
 
 Light module: pandas is only touched through the report's frames.
@@ -14,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from itwin_report.masking import mask_text, mask_uri
+from itwin_report.render.safe import MAX_LINE, shorten
 from itwin_report.tables import TABLES, TableSpec, is_missing
 
 if TYPE_CHECKING:
@@ -67,6 +70,12 @@ class Layout:
     blocks: list[Block] = field(default_factory=list)
 
 
+def plural(count: float, noun: str, nouns: str | None = None) -> str:
+    """``1 worker``, ``2 workers``, ``0.5 workers`` (``nouns``: an irregular plural)."""
+    shown = str(int(count)) if float(count).is_integer() else f"{count:g}"
+    return f"{shown} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def warmup_line(report: Report) -> str:
     """The sentence stating the warm-up choice."""
     n = report.warmup_epochs
@@ -75,25 +84,35 @@ def warmup_line(report: Report) -> str:
     return f"First {n} epoch(s) of every run left out of epoch times."
 
 
+def shown(value: str) -> str:
+    """A store value as every writer shows it: masked (whole), then shortened."""
+    return shorten(mask_text(value))
+
+
+def shown_line(text: str) -> str:
+    """A sentence that may quote store values: masked (whole), then shortened to a line."""
+    return shorten(mask_text(text), MAX_LINE)
+
+
 def title_line(report: Report) -> str:
     """The plain title line, URI masked."""
-    return Title(mask_text(report.experiment), mask_uri(report.tracking_uri)).line
+    return Title(shown(report.experiment), mask_uri(report.tracking_uri)).line
 
 
 def table_block(report: Report, spec: TableSpec) -> Table:
     """The table ``spec`` of ``report``, every cell formatted and masked."""
-    shown = spec.shown
+    columns = spec.shown
     records = getattr(report, spec.name).to_dict("records")
-    rows = [[mask_text(col.fmt(rec[col.name])) for col in shown] for rec in records]
+    rows = [[shown(col.cell(rec)) for col in columns] for rec in records]
     notes = None
     if spec.name == "throughput" and rows:
         notes = Notes("Input-bottleneck evidence", evidence_lines(report))
     return Table(
         name=spec.name,
         heading=spec.heading,
-        headers=[str(col.header) for col in shown],
+        headers=[str(col.header) for col in columns],
         rows=rows,
-        right=[col.right for col in shown],
+        right=[col.right for col in columns],
         empty=spec.empty,
         notes=notes,
     )
@@ -105,8 +124,8 @@ def evidence_lines(report: Report) -> list[str]:
     for rec in report.throughput.to_dict("records"):
         bound = rec["input_bound"]
         word = VERDICT_WORDS[None if is_missing(bound) else bool(bound)]
-        line = f"{rec['strategy']}-{int(rec['workers'])}: {word} ({rec['evidence']})"
-        lines.append(mask_text(line))
+        name = shown(str(rec["strategy"]))
+        lines.append(shown_line(f"{name}-{int(rec['workers'])}: {word} ({rec['evidence']})"))
     return lines
 
 
@@ -115,10 +134,10 @@ def analysis_blocks(report: Report) -> list[Block]:
     from itwin_report.analysis_text import analysis_tables, sentences
 
     blocks: list[Block] = [
-        Table(name, heading, headers, rows, right, empty)
+        Table(name, heading, headers, [[shown(c) for c in row] for row in rows], right, empty)
         for name, heading, headers, rows, right, empty in analysis_tables(report)
     ]
-    lines = [mask_text(line) for line in sentences(report)]
+    lines = [shown_line(line) for line in sentences(report)]
     if lines:
         blocks.append(Notes("Scaling analysis", lines))
     return blocks
@@ -126,10 +145,13 @@ def analysis_blocks(report: Report) -> list[Block]:
 
 def layout(report: Report) -> Layout:
     """The blocks of ``report`` in the order every writer prints them."""
-    blocks: list[Block] = [Title(mask_text(report.experiment), mask_uri(report.tracking_uri))]
+    blocks: list[Block] = [Title(shown(report.experiment), mask_uri(report.tracking_uri))]
     blocks += [table_block(report, spec) for spec in TABLES]
     blocks += analysis_blocks(report)
     if report.warnings:
-        blocks.append(Notes("Warnings", [mask_text(w) for w in report.warnings], warning=True))
+        blocks.append(Notes("Warnings", [shown_line(w) for w in report.warnings], warning=True))
+    gate = getattr(report, "gate", None)
+    if gate is not None:
+        blocks.append(Notes("Efficiency gate", [mask_text(gate.line)], warning=not gate.passed))
     blocks.append(Footer(warmup_line(report)))
     return Layout(blocks)

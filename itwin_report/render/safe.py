@@ -6,9 +6,17 @@
   add a line;
 * markdown: the same, then backslashes, ``|`` (in cells), the characters that start emphasis,
   code or links, and HTML (``<``, ``>``, ``&``) are escaped;
-* CSV: text cells starting with ``= + - @``, a tab or a carriage return get a leading ``'``
-  so spreadsheets do not run them as formulas (numbers are written as numbers);
+* CSV: control characters escaped as for a terminal, then text cells starting with
+  ``= + - @`` get a leading ``'`` so spreadsheets do not run them as formulas (numbers are
+  written as numbers);
+* plots: control characters escaped as for a terminal and ``$`` written ``\\$``, so matplotlib
+  never reads a value as mathtext (``$x^{2}$`` is drawn as typed, ``$\\foo$`` cannot fail);
 * JSON keeps the raw value.
+
+Length: what a person reads (terminal, markdown, HTML, plot labels) shows at most
+:data:`MAX_SHOWN` characters of a value, then ``…``; a sentence that quotes values at most
+:data:`MAX_LINE`. So the cost of a report stays linear in the size of the store's values. CSV
+and JSON keep whole values (they are data).
 
 Light module: standard library only.
 """
@@ -26,6 +34,9 @@ _UNSAFE = re.compile(
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]#])")
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+MAX_SHOWN = 200  # characters of one value (a cell, a name, a plot label)
+MAX_LINE = 1000  # characters of a sentence (a warning, a note)
+ELLIPSIS = "\u2026"
 
 
 def _escape_char(match: re.Match[str]) -> str:
@@ -34,6 +45,11 @@ def _escape_char(match: re.Match[str]) -> str:
         return _NAMED[char]
     code = ord(char)
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def shorten(value: str, limit: int = MAX_SHOWN) -> str:
+    """``value`` cut to ``limit`` characters, the last one an ellipsis when cut."""
+    return value if len(value) <= limit else value[: limit - 1] + ELLIPSIS
 
 
 def terminal(value: str) -> str:
@@ -54,5 +70,17 @@ def markdown_code(value: str) -> str:
 
 
 def csv_text(value: str) -> str:
-    """A text cell that a spreadsheet shows as text, never runs as a formula."""
-    return "'" + value if value.startswith(_FORMULA_START) else value
+    """A text cell that a spreadsheet shows as text, never runs as a formula; no control
+    character reaches the file (``\\x1b``, ``\\n`` are written as escapes)."""
+    if value.startswith(_FORMULA_START):
+        value = "'" + value
+    return terminal(value)
+
+
+def plot_text(value: str, limit: int = MAX_SHOWN) -> str:
+    """``value`` as literal matplotlib text: shortened, controls escaped, never mathtext.
+
+    Matplotlib reads text with an even number of unescaped ``$`` as mathtext; every ``$`` is
+    escaped (``\\$``), so none is unescaped. A backslash outside mathtext is drawn as is.
+    """
+    return terminal(shorten(value, limit)).replace("$", r"\$")

@@ -53,6 +53,49 @@ class Report:
     reasons: dict[str, str] = field(default_factory=dict)
     analysis: Analysis | None = None
     gate: GateVerdict | None = None  # --fail-under-efficiency's verdict, when asked for
+    # the loaded data the report was built from (for the page's title block); not compared
+    data: RunData | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict:
+        """The report as the JSON object ``--format json`` prints (strict JSON values)."""
+        from itwin_report.render.data import report_to_dict
+
+        return report_to_dict(self)
+
+    def to_json(self) -> str:
+        """The report as ``--format json`` prints it."""
+        from itwin_report.render import render
+
+        return render(self, "json")
+
+    def to_text(self, fmt: str = "table") -> str:
+        """The report as plain text (``table``), ``markdown`` or ``csv``."""
+        from itwin_report.render import render
+
+        return render(self, fmt)
+
+    def figures(self) -> dict:
+        """Name -> matplotlib Figure for every plot that has data (nothing is saved)."""
+        from itwin_report.plots import make_figures
+
+        return make_figures(self)
+
+    def to_html(self) -> str:
+        """The self-contained HTML page (tables, sentences and inline plots)."""
+        from itwin_report import __version__
+        from itwin_report.render.html import page_context, page_time, render_html
+
+        data = self.data if self.data is not None else RunData(self.experiment, self.tracking_uri)
+        context = page_context(data, __version__, page_time({}))
+        from itwin_report.render.html import page_plots
+
+        return render_html(self, context, page_plots(self))
+
+    def _repr_html_(self) -> str:
+        """Jupyter shows the report as the page's tables, escaped like the page."""
+        from itwin_report.render.notebook import tables_html
+
+        return tables_html(self)
 
 
 @dataclass
@@ -131,6 +174,7 @@ def build_report(
         baseline=used.to_dict(),
         reasons={} if no_gpu is None else {"computation": no_gpu},
         analysis=analysis,
+        data=data,
     )
     if gate is not None:
         report.gate = evaluate(report, *gate)

@@ -1,0 +1,119 @@
+"""The Python API: what the command line does, callable from a notebook or a script.
+
+    import itwin_report as ir
+
+    data = ir.load("sqlite:///mllogs/mlflow.db", "emulated-cluster")
+    report = ir.build(data, predict=[64, 128])
+    report.epoch_time            # a DataFrame with the documented columns
+    report.to_json()             # what --format json prints
+    report.figures()             # name -> matplotlib Figure
+    result = ir.compare(baseline_report, report)
+    result.table                 # one row per configuration and metric
+
+Errors are :class:`~itwin_report.errors.ReportError` subclasses with the CLI's exit codes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from itwin_report.compare import Comparison, Side
+    from itwin_report.report import Report
+    from itwin_report.schema import RunData
+
+
+def load(
+    tracking_uri: str | None = None,
+    experiment: str | None = None,
+    run_names: Sequence[str] = (),
+    *,
+    include_unfinished: bool = False,
+    strategy_param: str = "strategy",
+    workers_param: str = "global_world_size",
+    progress: bool = False,
+) -> RunData:
+    """Read one experiment's worker runs from an MLflow tracking store.
+
+    ``tracking_uri``: an SQLite, PostgreSQL, file-store or ``http(s)://`` URI (default:
+    ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mllogs/mlflow.db``); ``experiment``: its name
+    (optional when only one experiment holds runs). Nothing in the store is modified.
+    """
+    from itwin_report import store
+
+    uri = store.resolve_tracking_uri(tracking_uri)
+    return store.load_experiment(
+        uri,
+        experiment,
+        list(run_names),
+        include_unfinished=include_unfinished,
+        show_progress=progress,
+        strategy_param=strategy_param,
+        workers_param=workers_param,
+    )
+
+
+def build(
+    data: RunData,
+    *,
+    warmup_epochs: int = 1,
+    baseline: str = "auto",
+    scaling: str = "auto",
+    predict: Sequence[int] = (),
+    samples_per_epoch: float | None = None,
+    throughput_source: str = "auto",
+    rate_config: tuple[str, int] | None = None,
+    fail_under_efficiency: float | None = None,
+    gate_on: str = "epoch-time",
+) -> Report:
+    """Aggregate loaded runs into a :class:`~itwin_report.report.Report` (pure: no I/O).
+
+    The options are the report command's; with ``fail_under_efficiency`` the report carries the
+    gate's verdict (``report.gate``) instead of raising.
+    """
+    from itwin_report.report import build_report
+
+    gate = None if fail_under_efficiency is None else (float(fail_under_efficiency), gate_on)
+    return build_report(
+        data,
+        warmup_epochs=warmup_epochs,
+        rate_config=rate_config,
+        throughput_source=throughput_source,
+        baseline=baseline,
+        samples_per_epoch=samples_per_epoch,
+        scaling=scaling,
+        predict_workers=[int(w) for w in predict],
+        gate=gate,
+    )
+
+
+def _side(value: Any, name: str) -> Side:
+    from itwin_report import compare as cmp
+    from itwin_report.report import Report
+
+    if isinstance(value, Report):
+        return cmp.side_from_report(value, name)
+    if isinstance(value, dict):
+        return cmp.side_from_dict(value, name)
+    return cmp.load_side_file(Path(value))
+
+
+def compare(
+    baseline: Report | dict | str | Path,
+    current: Report | dict | str | Path,
+    *,
+    max_regression: float = 0.05,
+    allow_missing: bool = False,
+) -> Comparison:
+    """Compare two reports (built reports, JSON objects, or saved ``--format json`` files).
+
+    ``result.table`` has one row per configuration and metric; ``compare.gate_error(result)``
+    is the error the ``compare`` command would exit with (None when it passes).
+    """
+    from itwin_report.compare import compare_sides
+
+    return compare_sides(
+        _side(baseline, "BASELINE"), _side(current, "CURRENT"), max_regression, allow_missing
+    )
