@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 MASK = "***"
 
@@ -89,17 +89,23 @@ def mask_uri(uri: str) -> str:
     """A tracking URI safe to show: user-info password and secret query values masked.
 
     ``https://user:pw@host/x?token=t&a=1`` -> ``https://user:***@host/x?token=***&a=1``;
-    a user-info without a password (often a token) is masked whole.
+    a user-info without a password (often a token) is masked whole. Only those parts change:
+    the rest of the URI keeps its exact shape (``sqlite:////abs.db?password=***`` keeps its
+    four slashes).
     """
     try:
         parts = urlsplit(uri)
     except ValueError:
         return mask_text(uri)
-    changed = parts
+    out = uri
     if "@" in parts.netloc:
         userinfo, _, host = parts.netloc.rpartition("@")
         user, sep, _ = userinfo.partition(":")
-        changed = changed._replace(netloc=f"{user}:{MASK}@{host}" if sep else f"{MASK}@{host}")
+        masked = f"{user}:{MASK}@{host}" if sep else f"{MASK}@{host}"
+        start = out.find(parts.netloc, out.find("//"))
+        out = out[:start] + masked + out[start + len(parts.netloc) :]
     if parts.query:
-        changed = changed._replace(query=_QUERY_PAIR.sub(_mask_pair, parts.query))
-    return mask_text(uri if changed == parts else urlunsplit(changed))
+        head, sep, tail = out.partition("?")
+        masked_query = _QUERY_PAIR.sub(_mask_pair, parts.query)
+        out = head + sep + tail.replace(parts.query, masked_query, 1)
+    return mask_text(out)

@@ -312,6 +312,19 @@ def nothing_written(_out: str, work: Path) -> None:
     assert sorted(p.name for p in work.iterdir()) == ["inputs"]
 
 
+# loader edge
+def uri_shape_kept(out: str, _work: Path) -> None:
+    """The secret of a sqlite URI's query is masked; the URI keeps its four slashes."""
+    uri = _json_tables(out)["tracking_uri"]
+    assert uri.startswith("sqlite:////") and uri.endswith("/mlflow.db?password=***"), uri
+
+
+def one_worker_rows(out: str, _work: Path) -> None:
+    """``--workers-param probing_interval`` (1 everywhere): every job has 1 worker."""
+    rows = _json_tables(out)["epoch_time"]
+    assert rows and {r["workers"] for r in rows} == {1}, rows
+
+
 # ---------------------------------------------------------------- the matrix
 
 
@@ -585,6 +598,27 @@ CASES = [
     Case("compare-missing-config", CB("only-4"), 4),
     Case("compare-empty-current", CB("empty"), 4),
     Case("compare-empty-current-allowed", CB("empty", "--allow-missing"), 5),
+    # loader edge
+    Case(
+        "sqlite-uri-query-keeps-shape",
+        R("good", "--format", "json", store="sqlite:///{root}/mlflow.db?password=" + SECRET),
+        0,
+        uri_shape_kept,
+    ),
+    Case(
+        "workers-param-renamed",
+        R("good", "--format", "json", "--workers-param", "probing_interval"),
+        0,
+        one_worker_rows,
+    ),
+    Case("workers-param-secret-text", R("hostile", "--workers-param", "note"), 5),
+    Case("strategy-param-missing", R("good", "--strategy-param", "nope"), 5),
+    Case(
+        "world-size-1e30-warned-by-its-name",
+        R("huge-world-size", "--format", "json", "--workers-param", "global_world_size"),
+        5,
+    ),
+    Case("databricks-profile-one-line", R("good", store="databricks://no-such-profile"), 1),
 ]
 
 

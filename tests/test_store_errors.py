@@ -29,6 +29,15 @@ from itwin_report.store.uri import FILE, HTTP, OTHER, SQL, SQLITE, sqlite_path, 
         ("http://127.0.0.1:5000", "http://127.0.0.1:5000"),
         ("sqlite:///mllogs/mlflow.db", "sqlite:///mllogs/mlflow.db"),
         ("mllogs/mlflow", "mllogs/mlflow"),
+        # the URI keeps its shape: only the secrets change
+        ("sqlite:////abs/x.db?password=pw-1&mode=ro", "sqlite:////abs/x.db?password=***&mode=ro"),
+        ("sqlite:///rel.db?token=t0k3n", "sqlite:///rel.db?token=***"),
+        ("http://h:5000/?token=t0k3n", "http://h:5000/?token=***"),
+        ("https://u:p@h/a?b=1&api_key=k#frag", "https://u:***@h/a?b=1&api_key=***#frag"),
+        (
+            "postgresql://u:pw@/db?host=/run/pg&sslpassword=x",
+            "postgresql://u:***@/db?host=/run/pg&sslpassword=***",
+        ),
     ],
 )
 def test_mask_uri(uri: str, masked: str) -> None:
