@@ -90,14 +90,15 @@ def build(
 
 
 def _side(value: Any, name: str) -> Side:
-    from itwin_report import compare as cmp
+    # names, not ``from itwin_report import compare``: that is this module's compare function
+    from itwin_report.compare import load_side_file, side_from_dict, side_from_report
     from itwin_report.report import Report
 
     if isinstance(value, Report):
-        return cmp.side_from_report(value, name)
+        return side_from_report(value, name)
     if isinstance(value, dict):
-        return cmp.side_from_dict(value, name)
-    return cmp.load_side_file(Path(value))
+        return side_from_dict(value, name)
+    return load_side_file(Path(value))
 
 
 def compare(

@@ -27,17 +27,18 @@ def _is_file(source: str) -> bool:
 
 def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool) -> Side:
     """A saved JSON report when ``source`` is a file, else an experiment of the store."""
-    from itwin_report import compare, store
+    from itwin_report import store
+    from itwin_report.compare import load_side_file, side_from_report
     from itwin_report.report import build_report
 
     path = Path(source)
     if _is_file(source):
-        return compare.load_side_file(path)
+        return load_side_file(path)
     if source.lower().endswith(".json"):
         raise ReportError(f"no such report file: {source}")
     uri = store.resolve_tracking_uri(tracking_uri)
     data = store.load_experiment(uri, source, [], show_progress=not quiet)
-    return compare.side_from_report(build_report(data, warmup_epochs=warmup_epochs), source)
+    return side_from_report(build_report(data, warmup_epochs=warmup_epochs), source)
 
 
 @click.command("compare")
@@ -112,9 +113,11 @@ def compare_command(
       itwin-report compare base.json current.json --format benchmark-json -o bench.json
       itwin-report compare base.json smaller.json --allow-missing
     """
-    from itwin_report import compare, store
+    # names, not ``from itwin_report import compare``: that is the API function
+    from itwin_report import store
     from itwin_report.cli import _emit
     from itwin_report.command_group import Failure
+    from itwin_report.compare import compare_sides, gate_error, render_comparison
 
     uri = store.resolve_tracking_uri(tracking_uri)
     files = [Path(s) for s in (baseline, current) if _is_file(s)]
@@ -123,8 +126,8 @@ def compare_command(
         raise Failure(conflict, EXIT_USAGE)
     base = _side(baseline, tracking_uri, warmup_epochs, quiet)
     cur = _side(current, tracking_uri, warmup_epochs, quiet)
-    result = compare.compare_sides(base, cur, max_regression, allow_missing)
-    _emit(compare.render_comparison(result, fmt), output)
-    failure = compare.gate_error(result)
+    result = compare_sides(base, cur, max_regression, allow_missing)
+    _emit(render_comparison(result, fmt), output)
+    failure = gate_error(result)
     if failure is not None:
         raise failure
