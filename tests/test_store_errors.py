@@ -134,3 +134,51 @@ def test_unreachable_server_fails_fast() -> None:
         f"cannot reach MLflow server at http://user:***@127.0.0.1:{port}: "
     )
     assert "Connection refused" in str(err.value) and "pw" not in str(err.value)
+
+
+def test_a_web_page_for_an_answer_is_one_readable_line(tmp_path: Path) -> None:
+    """A web server that is not MLflow answers 404 with an HTML page: status and reason only."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}/mlflow?token=t0k3n-4242"
+    try:
+        with pytest.raises(StoreError) as err:
+            ApiReader(uri)
+    finally:
+        server.shutdown()
+        server.server_close()
+    masked = uri.replace("t0k3n-4242", "***")
+    assert str(err.value) == (
+        f"MLflow server at {masked} answered HTTP 404 (File not found): no MLflow REST API at "
+        "this address (check --tracking-uri)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type", "detail"),
+    [
+        (
+            '{"error_code": "RESOURCE_DOES_NOT_EXIST", "message": "No run"}',
+            "application/json",
+            "HTTP 404 (Not Found): No run; no MLflow REST API at this address "
+            "(check --tracking-uri)",
+        ),
+        (
+            "<html><head><title>Bad &amp; gone</title></head><body><h1>x</h1></body></html>",
+            "text/html",
+            "HTTP 502 (Bad Gateway): Bad & gone",
+        ),
+        ("<!doctype html><p>no title</p>", "", "HTTP 502 (Bad Gateway)"),
+        ("plain words\nsecond line", "text/plain", "HTTP 502 (Bad Gateway): plain words"),
+    ],
+)
+def test_http_error_details(body: str, content_type: str, detail: str) -> None:
+    from itwin_report.store.api_reader import http_detail
+
+    status, reason = (404, "Not Found") if "error_code" in body else (502, "Bad Gateway")
+    assert http_detail(status, reason, content_type, body) == detail
