@@ -163,16 +163,13 @@ def speedup_figure(report: Report) -> Figure | None:
 def ideal_bases(table: pd.DataFrame) -> dict[float, list[int]]:
     """Ideal-scaling base (workers at speedup 1) -> the worker counts it covers.
 
-    Read back from the table itself: efficiency = speedup / scale, so the ideal speedup of a
-    row is speedup / efficiency and its base is workers / that. Each strategy is measured
-    against its own base, so a strategy's row at 100 % efficiency lies on its ideal line.
+    Read from the rows' ``base_workers`` column, so a row at 100 % efficiency lies on the
+    ideal line of its own base.
     """
-    known = table[table["speedup"].notna() & (table["efficiency"] > 0)]
+    known = table[table["speedup"].notna() & table["base_workers"].notna()]
     bases: dict[float, set[int]] = {}
-    for rec in known.to_dict("records"):
-        base = float(rec["workers"]) * float(rec["efficiency"]) / float(rec["speedup"])
-        key = next((b for b in bases if abs(b - base) <= 1e-6 * base), round(base, 9))
-        bases.setdefault(key, set()).add(int(rec["workers"]))
+    for w, b in zip(known["workers"], known["base_workers"], strict=True):
+        bases.setdefault(float(b), set()).add(int(w))
     return {b: sorted(ws) for b, ws in sorted(bases.items())}
 
 
@@ -234,27 +231,43 @@ def throughput_figure(report: Report) -> Figure | None:
 
 
 def _ideal_throughput(table: pd.DataFrame) -> list[tuple[str, list[int], list[float]]]:
-    """Per strategy: linear throughput from its base, as the table's efficiency states it.
+    """Per strategy: linear throughput from its base, rate(base) * workers / base workers.
 
-    Ideal throughput = samples/s / efficiency; without an efficiency, linear from the
-    strategy's first point.
+    The base is the row's ``base_strategy``/``base_workers``; its rate is read from the table.
+    Without a base in the table, linear from the strategy's first point.
     """
+    rates = {
+        (str(s), int(w)): float(v)
+        for s, w, v in zip(
+            table["strategy"], table["workers"], table["samples_per_sec"], strict=True
+        )
+        if v == v
+    }
     out = []
     for strategy, workers, values in _by_strategy(table, "samples_per_sec"):
         mine = table[(table["strategy"].astype(str) == strategy) & table["samples_per_sec"].notna()]
-        eff = [float(e) for e in mine.sort_values("workers")["efficiency"]]
-        if all(e > 0 for e in eff):
-            ideal = [v / e for v, e in zip(values, eff, strict=True)]
+        first = mine.sort_values("workers").iloc[0]
+        base = (str(first["base_strategy"]), first["base_workers"])
+        if base[1] == base[1] and (base[0], int(base[1])) in rates:
+            rate, base_w = rates[(base[0], int(base[1]))], float(base[1])
         else:
-            ideal = [values[0] * w / workers[0] for w in workers]
-        out.append((strategy, workers, ideal))
+            rate, base_w = values[0], float(workers[0])
+        out.append((strategy, workers, [rate * w / base_w for w in workers]))
     return out
 
 
 def _grouped_bars(
-    report: Report, frame: pd.DataFrame, column: str, title: str, ylabel: str
+    report: Report,
+    frame: pd.DataFrame,
+    column: str,
+    title: str,
+    ylabel: str,
+    estimated: str | None = None,
 ) -> Figure | None:
-    """Bars grouped by worker count, one bar per strategy, in the strategy's colour."""
+    """Bars grouped by worker count, one bar per strategy, in the strategy's colour.
+
+    ``estimated``: a coverage column; bars whose coverage is below 1 are hatched.
+    """
     known = frame[frame[column].notna()]
     if known.empty:
         return None
@@ -269,7 +282,13 @@ def _grouped_bars(
         xs = [
             workers.index(int(w)) + (i - (len(strategies) - 1) / 2) * width for w in mine["workers"]
         ]
-        ax.bar(xs, list(mine[column]), width=width, color=colors[strategy], label=label(strategy))
+        bars = ax.bar(
+            xs, list(mine[column]), width=width, color=colors[strategy], label=label(strategy)
+        )
+        if estimated is not None:
+            for bar, cov in zip(bars, mine[estimated], strict=True):
+                if cov < 1:
+                    bar.set_hatch("//")
     ax.set_xticks(range(len(workers)), [str(w) for w in workers])
     ax.set_xlabel("Workers (GPUs)")
     ax.set_ylabel(ylabel)
@@ -279,8 +298,12 @@ def _grouped_bars(
 
 
 def gpu_energy_figure(report: Report) -> Figure | None:
+    partial = bool((report.gpu["energy_coverage"] < 1).any())
+    title = "GPU energy per run (all GPUs" + (
+        "; hatched: estimated from the GPUs that logged metrics)" if partial else ")"
+    )
     return _grouped_bars(
-        report, report.gpu, "energy_wh", "GPU energy per run (all GPUs)", "Energy per run (Wh)"
+        report, report.gpu, "energy_wh", title, "Energy per run (Wh)", "energy_coverage"
     )
 
 
@@ -405,43 +428,55 @@ def prediction_figure(report: Report) -> Figure | None:
     """Measured epoch times, the fitted curves, and the predictions with their intervals.
 
     The extrapolated region (beyond the largest measured worker count) is shaded with the
-    prediction interval of each strategy's chosen model.
+    prediction interval of each strategy's chosen model. A prediction capped by an input
+    ceiling is drawn on the ceiling's floor (a dotted line from where the input binds).
     """
     import numpy as np
 
     analysis = report.analysis
-    if analysis is None or analysis.predictions.empty:
+    if analysis is None:
+        return None
+    predicted = analysis.predictions
+    answered = predicted[predicted["avg_epoch_time_s"].notna()] if len(predicted) else predicted
+    if answered.empty:
         return None
     colors = strategy_colors(report)
     fig, ax = _figure("Epoch time: measured, fitted and predicted")
-    predicted = analysis.predictions
     ticks: set[int] = set()
     for sm in analysis.fits:
-        mine = predicted[predicted["strategy"] == sm.strategy]
-        if sm.chosen is None or mine.empty:
+        mine = answered[answered["strategy"] == sm.strategy]
+        if mine.empty:
             continue
-        fit = sm.fits[sm.chosen]
         color = colors.get(sm.strategy, PALETTE[0])
         last, top = float(sm.workers.max()), float(mine["workers"].max())
-        ax.plot(sm.workers, sm.times, "o", color=color, label=f"{sm.strategy} measured")
-        grid = np.geomspace(float(sm.workers.min()), max(top, last), 80)
-        name = {"amdahl": "Amdahl", "usl": "USL"}[fit.model]
-        ax.plot(grid, fit.predict(grid), "-", color=color, label=f"{sm.strategy} {name} fit")
-        beyond = np.geomspace(last, max(top, last), 40)
-        bounds = np.array([fit.interval(float(w))[1:] for w in beyond])
-        ax.fill_between(beyond, bounds[:, 0], bounds[:, 1], color=color, alpha=0.15)
+        ax.plot(sm.workers, sm.times, "o", color=color, label=label(f"{sm.strategy} measured"))
+        if sm.chosen is not None:
+            fit = sm.fits[sm.chosen]
+            grid = np.geomspace(float(sm.workers.min()), max(top, last), 80)
+            name = {"amdahl": "Amdahl", "usl": "USL"}[fit.model]
+            fitted = label(f"{sm.strategy} {name} fit")
+            ax.plot(grid, fit.predict(grid), "-", color=color, label=fitted)
+            beyond = np.geomspace(last, max(top, last), 40)
+            bounds = np.array([fit.interval(float(w))[1:] for w in beyond])
+            ax.fill_between(beyond, bounds[:, 0], bounds[:, 1], color=color, alpha=0.15)
+        capped = mine[mine["note"].str.startswith("capped")]
+        if len(capped):
+            floor = float(capped["avg_epoch_time_s"].min())
+            ax.hlines(floor, float(sm.workers.min()), top, colors=color, linestyles=":")
+        low = mine["low_s"].fillna(mine["avg_epoch_time_s"])
+        high = mine["high_s"].fillna(mine["avg_epoch_time_s"])
         ax.errorbar(
             mine["workers"].to_numpy(dtype=float),
             mine["avg_epoch_time_s"].to_numpy(dtype=float),
             yerr=[
-                (mine["avg_epoch_time_s"] - mine["low_s"]).to_numpy(dtype=float),
-                (mine["high_s"] - mine["avg_epoch_time_s"]).to_numpy(dtype=float),
+                (mine["avg_epoch_time_s"] - low).to_numpy(dtype=float),
+                (high - mine["avg_epoch_time_s"]).to_numpy(dtype=float),
             ],
             fmt="s",
             mfc="none",
             color=color,
             capsize=4,
-            label=f"{sm.strategy} predicted (95 %)",
+            label=label(f"{sm.strategy} predicted (95 %)"),
         )
         ax.axvspan(last, max(top, last), color="0.9", zorder=0)
         ticks |= {int(w) for w in sm.workers} | {int(w) for w in mine["workers"]}

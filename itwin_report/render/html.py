@@ -246,16 +246,14 @@ def _warnings_by_table(warnings: list[str]) -> tuple[dict[str, list[str]], list[
 
 
 def _methods(report: Report, footer: str) -> str:
-    from itwin_report.render.summary import COLUMN_NOTES, methods_paragraphs
+    from itwin_report.render.summary import methods_paragraphs
     from itwin_report.tables import TABLES
 
     parts = [f"<p>{text(p)}</p>" for p in methods_paragraphs(report, footer)]
     parts.append("<h3>Columns</h3>")
     for spec in TABLES:
         items = "".join(
-            f"<dt>{text(col.header)}</dt>"
-            f"<dd>{text(COLUMN_NOTES.get(col.name) or col.description)}</dd>"
-            for col in spec.shown
+            f"<dt>{text(col.header)}</dt><dd>{text(col.description)}</dd>" for col in spec.shown
         )
         parts.append(f'<h4>{text(spec.heading)}</h4>\n<dl class="columns">{items}</dl>')
     body = "\n".join(parts)
