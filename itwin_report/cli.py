@@ -6,7 +6,6 @@ commands import the loader, the report and the plots when they run.
 
 from __future__ import annotations
 
-import math
 import os
 import sys
 from collections.abc import Sequence
@@ -25,7 +24,7 @@ from itwin_report.errors import (
     ReportError,
 )
 from itwin_report.masking import mask_text
-from itwin_report.options import tracking_uri_option, warmup_option
+from itwin_report.options import Efficiency, tracking_uri_option, warmup_option
 from itwin_report.render import FORMATS
 
 MAIN_HELP = """Scalability reports for distributed deep-learning runs logged to MLflow.
@@ -97,24 +96,6 @@ def _finite(value: float | None, param: click.Parameter) -> float | None:
     return value
 
 
-class _Threshold(click.ParamType):
-    """A finite number >= 0 (``nan`` and ``inf`` are bad usage, not a gate that always passes)."""
-
-    name = "X"
-
-    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, float):
-            number = value
-        else:
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(number) or number < 0:
-            self.fail(f"{value!r} is not a finite number >= 0", param, ctx)
-        return number
-
-
 def _styled(fmt: str, output: Path | None) -> bool:
     """Rich styling only for a table on a terminal, and never with NO_COLOR set."""
     return (
@@ -175,9 +156,18 @@ def _styled(fmt: str, output: Path | None) -> bool:
 @click.option("--no-plots", is_flag=True, help="Do not write plots.")
 @click.option(
     "--fail-under-efficiency",
-    type=_Threshold(),
+    type=Efficiency(),
     metavar="X",
-    help="Exit with code 3 when any configuration's parallel efficiency is below X (e.g. 0.7).",
+    help="Exit with code 3 when any configuration's efficiency is below X, a fraction "
+    "(e.g. 0.7), or cannot be evaluated; the verdict is part of every output format.",
+)
+@click.option(
+    "--gate-on",
+    type=click.Choice(["epoch-time", "throughput"]),
+    default="epoch-time",
+    show_default=True,
+    help="Which efficiency --fail-under-efficiency checks: epoch time (training epochs after "
+    "warm-up) or end-to-end throughput (which also pays for set-up, validation, checkpoints).",
 )
 @click.option(
     "--baseline",
@@ -254,6 +244,7 @@ def generate_scalability_report(
     plot_format: str,
     no_plots: bool,
     fail_under_efficiency: float | None,
+    gate_on: str,
     baseline: str,
     samples_per_epoch: float | None,
     include_unfinished: bool,
@@ -287,7 +278,8 @@ def generate_scalability_report(
     """
     from itwin_report import store
     from itwin_report.render import render
-    from itwin_report.report import below_efficiency, build_report
+    from itwin_report.report import build_report
+    from itwin_report.report.gate import require_measurements
 
     rate = _parse_rate_config(rate_config)
     targets = _parse_workers(predict)
@@ -300,6 +292,7 @@ def generate_scalability_report(
     conflict = store.check_outputs(uri, outputs)
     if conflict:
         raise Failure(conflict, EXIT_USAGE)
+    _check_writable(outputs)
     data = store.load_experiment(
         uri,
         experiment_name,
@@ -318,7 +311,9 @@ def generate_scalability_report(
         samples_per_epoch=samples_per_epoch,
         scaling=scaling,
         predict_workers=targets,
+        gate=None if fail_under_efficiency is None else (fail_under_efficiency, gate_on),
     )
+    require_measurements(report)
     want_page = fmt == "html" or html_path is not None
     plots = _plots(report) if want_page or not no_plots else None
     page = _html_page(report, data, plots) if want_page else ""
@@ -326,14 +321,23 @@ def generate_scalability_report(
     _publish(
         text, output, page, html_path, None if no_plots else plots, plot_dir, plot_format, quiet
     )
-    if fail_under_efficiency is not None:
-        failing = below_efficiency(report, fail_under_efficiency)
-        if len(failing):
-            names = ", ".join(
-                f"{row.strategy}-{row.workers} ({row.efficiency:.2f})"
-                for row in failing.itertuples()
-            )
-            raise GateFailed(f"parallel efficiency below {fail_under_efficiency:g}: {names}")
+    if report.gate is not None and not report.gate.passed:
+        raise GateFailed(report.gate.line)
+
+
+def _check_writable(outputs: dict[str, Path | None]) -> None:
+    """Refuse, before the store is read, an output whose folder is missing or read-only."""
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        folder = path if option == "--plot-dir" else path.parent
+        while option == "--plot-dir" and not folder.exists() and folder != folder.parent:
+            folder = folder.parent  # a missing plot folder is created: check its nearest parent
+        folder = folder if str(folder) else Path(".")
+        if not folder.is_dir():
+            raise ReportError(f"cannot write {option} {path}: folder {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ReportError(f"cannot write {option} {path}: folder {folder} is not writable")
 
 
 def _emit(text: str, output: Path | None) -> None:

@@ -42,3 +42,18 @@ class Threshold(click.ParamType):
         if not math.isfinite(number) or number < 0:
             self.fail(f"{value!r} is not a finite number >= 0", param, ctx)
         return number
+
+
+class Efficiency(Threshold):
+    """An efficiency threshold: a fraction from 0 to 1 (70 is refused: did you mean 0.70?)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if number > 1:
+            self.fail(
+                f"{value!r} is above 1: efficiency is a fraction from 0 to 1; "
+                f"did you mean {number / 100:.2f}?",
+                param,
+                ctx,
+            )
+        return number

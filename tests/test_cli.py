@@ -84,6 +84,10 @@ def test_json_report_schema(store: str) -> None:
     assert code == 0
     doc = json.loads(out)
     assert set(doc) == {
+        "tool",
+        "schema_version",
+        "gate",
+        "efficiency_note",
         "experiment",
         "tracking_uri",
         "warmup_epochs",
@@ -161,10 +165,11 @@ def test_plots_are_written_in_the_chosen_format(store: str, tmp_path: Path) -> N
 
 
 def test_efficiency_gate(store: str) -> None:
-    code, out, err = report(store, "--no-plots", "--fail-under-efficiency", "1.01")
-    assert code == 3
-    assert "Epoch time" in out  # the report is still printed
-    assert err.startswith("Error: parallel efficiency below 1.01:") and "deepspeed-4" in err
+    code, out, err = report(store, "--no-plots", "--fail-under-efficiency", "1.0")
+    assert code == 3  # every row below 100 % but the bases (2 workers here)
+    assert "Epoch time" in out and "Efficiency gate" in out  # the report, with the verdict
+    assert err.startswith("Error: Gate failed: epoch-time efficiency below 1:")
+    assert "deepspeed-4 (0.90)" in err and "deepspeed-2" not in err
     code, _, _ = report(store, "--no-plots", "--fail-under-efficiency", "0.01")
     assert code == 0
 

@@ -134,9 +134,10 @@ def test_markdown_csv_json() -> None:
     obj = json.loads(render(hand_report(), "json"))
     assert obj == report_to_dict(hand_report())
     assert set(obj) == {
-        "experiment", "tracking_uri", "warmup_epochs", "epoch_time", "gpu",
-        "computation", "throughput", "baseline", "warnings",
+        "tool", "schema_version", "experiment", "tracking_uri", "warmup_epochs", "epoch_time",
+        "gpu", "computation", "throughput", "baseline", "warnings", "gate",
     }  # fmt: skip
+    assert obj["gate"] is None and obj["schema_version"] == 2
     assert obj["epoch_time"][1]["std_epoch_time_s"] is None
     assert obj["throughput"][0]["input_bound"] is False
     assert obj["throughput"][1]["input_bound"] is None

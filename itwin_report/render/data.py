@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from itwin_report import __version__
 from itwin_report.analysis_text import json_fields, pair_intervals
 from itwin_report.masking import mask_text, mask_uri
 from itwin_report.render.safe import csv_text
@@ -17,6 +18,7 @@ from itwin_report.tables import TABLES, integer, is_missing
 if TYPE_CHECKING:
     from itwin_report.report import Report
 
+SCHEMA_VERSION = 2  # 2: base_strategy/base_workers, energy_coverage, gate, prediction notes
 INTEGER_COLUMNS = sorted(
     {c.name for spec in TABLES for c in spec.columns if c.dtype == "int64" or c.fmt is integer}
 )
@@ -36,6 +38,8 @@ def _plain(value: Any) -> Any:
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The report as a JSON-ready object (NaN -> None, integer columns int, text masked)."""
     out: dict[str, Any] = {
+        "tool": {"name": "itwin-report", "version": __version__},
+        "schema_version": SCHEMA_VERSION,
         "experiment": mask_text(report.experiment),
         "tracking_uri": mask_uri(report.tracking_uri),
         "warmup_epochs": int(report.warmup_epochs),
@@ -54,6 +58,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     out["epoch_time"] = [pair_intervals(row) for row in out["epoch_time"]]
     out.update(json_fields(report))
     out["warnings"] = [mask_text(w) for w in report.warnings]
+    gate = getattr(report, "gate", None)
+    out["gate"] = None if gate is None else gate.to_dict()
     return out
 
 
