@@ -47,6 +47,10 @@ HOSTILE = [
     "x\u202egnp.exe",
     "<script>a|b</script>",
     f"ddp http://u:{SECRET}@h",
+    # render, plots, emulate: mathtext and a terminal title sequence (ESC ] 0 ; ... BEL)
+    "$\\notacommand{x}$",
+    "$x^{2}$",
+    "\x1b]0;owned\x07ddp",
 ]
 GOOD_PERF = {
     "total_samples": 1000,
@@ -326,6 +330,22 @@ def one_worker_rows(out: str, _work: Path) -> None:
 
 
 # ---------------------------------------------------------------- the matrix
+
+
+# render, plots, emulate
+def csv_no_control_characters(out: str, _work: Path) -> None:
+    assert not any(c in out for c in "\x1b\x07\u202e"), "a control character reached the CSV"
+    assert "\\x1b]0;owned\\x07ddp" in out and "$\\notacommand{x}$" in out
+
+
+def page_and_plots_literal(_out: str, work: Path) -> None:
+    page = (work / "p.html").read_text(encoding="utf-8")
+    assert "$x^{2}$" in page and "\x1b" not in page
+    names = {p.name for p in (work / "plots").iterdir()}
+    assert {"epoch_time.svg", "speedup.svg"} <= names, names
+    for path in (work / "plots").iterdir():
+        text = path.read_text(encoding="utf-8")
+        assert "\x1b" not in text and "\x07" not in text, path.name
 
 
 @dataclass(frozen=True)
@@ -619,6 +639,41 @@ CASES = [
         5,
     ),
     Case("databricks-profile-one-line", R("good", store="databricks://no-such-profile"), 1),
+    # render, plots, emulate
+    Case("usage-predict-billion", R("good", "--predict", "1000000000"), 2),
+    Case("usage-predict-40-digits", R("good", "--predict", "1" * 40), 2),
+    Case("usage-predict-superscript", R("good", "--predict", "\u00b2"), 2),
+    Case("usage-predict-zero", R("good", "--predict", "8,0"), 2),
+    Case(
+        "render-csv-control-characters",
+        R("hostile", "--format", "csv"),
+        0,
+        csv_no_control_characters,
+    ),
+    Case(
+        "render-mathtext-names-page-and-plots",
+        (
+            REPORT,
+            "--tracking-uri",
+            "{sqlite}",
+            "-e",
+            "hostile",
+            "-q",
+            "--predict",
+            "8",
+            "--html",
+            "{work}/p.html",
+            "--plot-dir",
+            "{work}/plots",
+            "--plot-format",
+            "svg",
+        ),
+        0,
+        page_and_plots_literal,
+    ),
+    Case("emulate-quiet", E("-q", "--epochs", "1", "--strategies", "horovod"), 0),
+    Case("emulate-list-params", ("emulate", "--list-params", "--preset", "virgo"), 0),
+    Case("emulate-unknown-param", E("--set", "no_such_param=1"), 2, nothing_written),
 ]
 
 

@@ -106,7 +106,7 @@ def test_cli_refuses_non_empty_experiment(tmp_path: Path) -> None:
     first = cli_runner().invoke(emulate_command, args)
     assert first.exit_code == 0, first.output
     assert "itwin-report generate-scalability-report --experiment-name busy" in first.stdout
-    assert "jobs:          1 top-level runs, 1 worker runs" in first.stdout
+    assert "jobs:          1 top-level run, 1 worker run" in first.stdout
     assert f"artifacts:     {(tmp_path / 'store' / 'artifacts' / 'busy').as_uri()}" in first.stdout
     truth = json.loads((tmp_path / "truth.json").read_text())
     assert truth["configurations"][0]["workers"] == 2
@@ -143,6 +143,7 @@ def test_interrupted_client_emulation_marks_open_runs(
     tmp_path: Path, error: type, status: str
 ) -> None:
     uri = str(tmp_path / "mlruns")  # a file store: written run by run through MLflow's client
+    mlflow_api.client(uri).create_experiment("other")  # an existing store: its runs are kept
     with pytest.raises(error):
         run_emulation(_cut_options(), uri, hook=_stopper(error))
     _, runs = _runs(uri, "cut")
@@ -159,11 +160,14 @@ def test_interrupted_client_emulation_marks_open_runs(
 
 def test_interrupted_sqlite_emulation_keeps_nothing(tmp_path: Path) -> None:
     uri = _uri(tmp_path)
+    run_emulation(EmulationOptions(**{**_cut_options().__dict__, "experiment_name": "a"}), uri)
+    db = sqlite3.connect(tmp_path / "store" / "mlflow.db")
+    counts = [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone() for t in ("runs", "metrics")]
     with pytest.raises(KeyboardInterrupt):
         run_emulation(_cut_options(), uri, hook=_stopper(KeyboardInterrupt))
-    db = sqlite3.connect(tmp_path / "store" / "mlflow.db")
-    assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (0,)
-    assert db.execute("SELECT COUNT(*) FROM metrics").fetchone() == (0,)
+    assert [db.execute(f"SELECT COUNT(*) FROM {t}").fetchone() for t in ("runs", "metrics")] == (
+        counts
+    )
     db.close()
     art = tmp_path / "store" / "artifacts" / "cut"
     assert not art.exists() or list(art.iterdir()) == []
@@ -232,3 +236,67 @@ def test_remote_artifact_root_goes_through_the_client(
     worker = next(r for r in runs if "mlflow.parentRunId" in r.data.tags)
     local = client.download_artifacts(worker.info.run_id, PROFILE_ARTIFACT, str(tmp_path))
     assert Path(local).read_text().startswith("name,node_id,")
+
+
+@pytest.mark.parametrize("store", ["sqlite", "file"])
+def test_failed_write_into_a_new_store_leaves_nothing(
+    tmp_path: Path, store: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full disk halfway: one line, exit 1, and neither the new store, its folder nor its
+    artifacts are left behind (nothing else in the folder is touched)."""
+    import errno
+    import sqlite3 as sqlite
+
+    from itwin_report.emulator import mlflow_writer
+
+    (tmp_path / "mine.txt").write_text("kept")
+    if store == "sqlite":
+        uri = f"sqlite:///{tmp_path / 'new' / 'deeper' / 'mlflow.db'}"
+
+        def full(self: object, rows: object) -> None:
+            raise sqlite.OperationalError("database or disk is full")
+
+        monkeypatch.setattr(mlflow_writer.SqliteBulkWriter, "_insert", full)
+    else:
+        uri = str(tmp_path / "new" / "mlruns")
+
+        def full(*_args: object, **_kwargs: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(mlflow_writer.ClientWriter, "log_batch", full)
+    args = [
+        "--strategies", "horovod", "--workers", "2", "--epochs", "1", "--repeats", "1",
+        "--set", "samples_per_epoch=1000", "--tracking-uri", uri, "-q",
+    ]  # fmt: skip
+    result = cli_runner().invoke(emulate_command, args)
+    assert result.exit_code == 1, result.output
+    message = str(result.exception)
+    assert "disk is full" in message or "No space left" in message
+    assert "\n" not in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine.txt"]
+
+
+def test_emulate_quiet_and_list_params(tmp_path: Path) -> None:
+    from dataclasses import fields
+
+    from itwin_report.cli import main
+    from itwin_report.emulator.params import ModelParams
+
+    listing = cli_runner().invoke(emulate_command, ["--list-params", "--preset", "mnist"])
+    assert listing.exit_code == 0 and listing.stderr == ""
+    lines = listing.stdout.splitlines()
+    names = [line.split()[0] for line in lines[1:-1]]
+    assert names == [f.name for f in fields(ModelParams)]
+    assert "  batch_size" in listing.stdout and " 64\n" in listing.stdout  # mnist's batch size
+    assert not (tmp_path / "mllogs").exists()
+    help_text = cli_runner().invoke(emulate_command, ["--help"]).stdout
+    assert "--list-params" in help_text and "-q, --quiet" in help_text
+    args = [
+        "--strategies", "horovod", "--workers", "2", "--epochs", "1", "--repeats", "1",
+        "--set", "samples_per_epoch=1000", "--tracking-uri", _uri(tmp_path), "-q",
+    ]  # fmt: skip
+    quiet = cli_runner().invoke(emulate_command, args)
+    assert quiet.exit_code == 0, quiet.output
+    assert quiet.stderr == "" and "jobs:          1 top-level run, 2 worker runs" in quiet.stdout
+    bad = cli_runner().invoke(main, ["emulate", *args, "--set", "nonsense=1"])
+    assert bad.exit_code == 2 and "--list-params" in bad.stderr

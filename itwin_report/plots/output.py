@@ -206,8 +206,10 @@ def figure_svg(fig: Figure, name: str) -> str:
     if not _SAFE_NAME.fullmatch(name):
         raise ValueError(f"figure name must be a plain identifier, got {name!r}")
     buf = io.StringIO()
-    rc = {"svg.fonttype": "none", "svg.hashsalt": f"itwin-report-{name}"}
-    with quiet_library(), rc_context(rc):
+    with (
+        quiet_library(),
+        rc_context({"svg.fonttype": "none", "svg.hashsalt": f"itwin-report-{name}"}),
+    ):
         fig.savefig(buf, format="svg", metadata={"Date": None})
     svg = _METADATA.sub("", _XML_PROLOGUE.sub("", buf.getvalue(), count=1), count=1).strip()
     return _ID_REF.sub(lambda m: f"{m.group(1)}{name}-{m.group(2)}", svg)

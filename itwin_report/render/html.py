@@ -17,6 +17,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from itwin_report.masking import mask_text, mask_uri
+from itwin_report.render.layout import plural
 from itwin_report.render.safe import MAX_LINE, shorten, terminal
 
 if TYPE_CHECKING:
@@ -159,7 +160,10 @@ def _title_block(block: TitleBlock, context: PageContext, title: str) -> str:
     rows = [
         ("Experiment", text(block.experiment)),
         ("Tracking store", f"<code>{text(mask_uri(block.tracking_uri))}</code>"),
-        ("Runs read", f"{context.worker_runs} worker runs in {context.jobs} jobs"),
+        (
+            "Runs read",
+            f"{plural(context.worker_runs, 'worker run')} in {plural(context.jobs, 'job')}",
+        ),
         ("Runs skipped", skipped),
         ("Tool", f"itwin-report {text(context.version)}"),
         ("Generated", text(context.generated_at.isoformat(timespec="seconds"))),
