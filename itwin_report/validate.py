@@ -186,10 +186,11 @@ def check_worker_params(
             f"{shown[RANK]} is outside 0..{shown[WORLD_SIZE]}-1",
         ),
     ]
-    problems = pd.Series("", index=frame.index, dtype=object)
+    found = [""] * len(frame)
     for mask, text in checks:
-        hit = mask.fillna(False).to_numpy(dtype=bool)
-        problems[hit] = [f"{prev}; {text}" if prev else text for prev in problems[hit]]
+        for i in np.flatnonzero(mask.fillna(False).to_numpy(dtype=bool)):
+            found[i] = f"{found[i]}; {text}" if found[i] else text
+    problems = pd.Series(found, index=frame.index, dtype=object)
     good = (problems == "").to_numpy()
     return WorkerParams(
         problems=problems,

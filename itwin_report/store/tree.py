@@ -120,12 +120,10 @@ def _same_name_flat_jobs(cands: pd.DataFrame, names: Mapping[str, str]) -> list[
     flat = cands[cands["parent_id"] == ""]
     if flat.empty:
         return []
-    groups = flat.groupby(["run_name", "workers"], sort=True)["rank"]
-    suspects = [
-        str(name)
-        for (name, size), ranks in groups
-        if size > 1 and len(ranks) > 1 and ranks.nunique() > 1
-    ]
+    stats = flat.groupby(["run_name", "workers"], sort=True)["rank"].agg(["size", "nunique"])
+    stats = stats.reset_index()
+    alike = (stats["workers"] > 1) & (stats["size"] > 1) & (stats["nunique"] > 1)
+    suspects = [str(name) for name in stats.loc[alike, "run_name"]]
     if not suspects:
         return []
     rank = names.get(RANK, RANK)
