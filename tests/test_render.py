@@ -363,3 +363,38 @@ def test_column_widths_give_each_column_its_longest_word() -> None:
     fits, widths = column_widths(headers, rows, 30, 1)
     assert fits and widths is not None and widths[0] == 16 and 12 <= widths[1] <= 13
     assert column_widths(headers, rows, 20, 1) == (False, None)  # even words do not fit
+
+
+# ---- help texts a pip user reads ----
+
+
+def test_main_help_lists_every_exit_code_from_errors() -> None:
+    from conftest import cli_runner
+
+    from itwin_report.cli import main
+    from itwin_report.errors import EXIT_CODES, EXIT_EMPTY, EXIT_REGRESSION
+
+    out = cli_runner().invoke(main, ["--help"]).stdout
+    listed = out.split("Exit codes:")[1].split("Options:")[0]
+    codes = [int(line.split()[0]) for line in listed.strip().splitlines()]
+    assert codes == list(EXIT_CODES) and {EXIT_REGRESSION, EXIT_EMPTY} <= set(codes)
+    for code, meaning in EXIT_CODES.items():
+        assert f"{code:<4} {meaning}" in listed
+
+
+def test_report_help_examples_run_as_written_after_emulate() -> None:
+    """One command per line, no gap left by a line continuation, each on the experiment that
+    ``itwin-report emulate`` writes (or on the only experiment there is)."""
+    from conftest import cli_runner
+
+    from itwin_report.cli import main
+
+    out = cli_runner().invoke(main, ["generate-scalability-report", "--help"]).stdout
+    examples = out.split("Examples")[1].split("Options:")[0].split("):\n", 1)[1].splitlines()
+    commands = [line.strip() for line in examples if line.strip()]
+    assert len(commands) >= 8
+    for command in commands:
+        assert command.startswith("itwin-report generate-scalability-report"), command
+        assert "  " not in command and not command.endswith("\\"), command
+        assert "-e emulated-cluster" in command or " -e " not in command, command
+        assert "my-exp" not in command and "$" not in command, command
