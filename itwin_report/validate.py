@@ -137,6 +137,14 @@ class WorkerParams:
     rank: pd.Series
 
 
+def _float(value: object) -> float:
+    """``float(value)`` (inf for a 400-digit integer), NaN when it is no number."""
+    try:
+        return float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return float("nan")
+
+
 def _integers(values: pd.Series) -> pd.Series:
     """Numbers parsed from numbers or text like "4", "4.0" and "inf" (as floats).
 
@@ -146,6 +154,9 @@ def _integers(values: pd.Series) -> pd.Series:
     if values.dtype == object or pd.api.types.is_string_dtype(values.dtype):
         values = values.astype(object).map(lambda v: v.strip() if isinstance(v, str) else v)
     numbers = pd.to_numeric(values, errors="coerce").astype("float64")
+    missed = numbers.isna() & values.notna()
+    if missed.any():  # pandas before 3 gives NaN for a number too large for a float
+        numbers = numbers.where(~missed, values.map(_float).astype("float64"))
     x = numbers.to_numpy()
     with np.errstate(invalid="ignore"):
         whole = ~np.isfinite(x) | (np.floor(np.where(np.isfinite(x), x, 0.0)) == x)
