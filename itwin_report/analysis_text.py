@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from itwin_report.report import Report
 
 CI_PAIRS = {
-    "speedup_ci": ("speedup_ci_low", "speedup_ci_high"),
-    "efficiency_ci": ("efficiency_ci_low", "efficiency_ci_high"),
+    "epoch_time_speedup_ci": ("speedup_ci_low", "speedup_ci_high"),
+    "epoch_time_efficiency_ci": ("efficiency_ci_low", "efficiency_ci_high"),
 }
 MODEL_NAMES = {"amdahl": "Amdahl", "usl": "USL", "input ceiling": "input ceiling"}
 
@@ -41,7 +41,7 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 
 def pair_intervals(row: dict[str, Any]) -> dict[str, Any]:
-    """A JSON epoch-time row with ``speedup_ci``/``efficiency_ci`` as [low, high] (or None)."""
+    """A JSON epoch-time row with its interval columns paired as ``[low, high]`` (or None)."""
     if "speedup_ci_low" not in row:
         return row
     out = {k: v for k, v in row.items() if not k.endswith(("_ci_low", "_ci_high"))}

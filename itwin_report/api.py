@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from itwin_report.compare import Comparison, Side
+    from itwin_report.analysis.comparison import Comparison, Side
     from itwin_report.report import Report
     from itwin_report.schema import RunData
 
@@ -90,8 +90,7 @@ def build(
 
 
 def _side(value: Any, name: str) -> Side:
-    # names, not ``from itwin_report import compare``: that is this module's compare function
-    from itwin_report.compare import load_side_file, side_from_dict, side_from_report
+    from itwin_report.analysis.comparison import load_side_file, side_from_dict, side_from_report
     from itwin_report.report import Report
 
     if isinstance(value, Report):
@@ -113,7 +112,7 @@ def compare(
     ``result.table`` has one row per configuration and metric; ``compare.gate_error(result)``
     is the error the ``compare`` command would exit with (None when it passes).
     """
-    from itwin_report.compare import compare_sides
+    from itwin_report.analysis.comparison import compare_sides
 
     return compare_sides(
         _side(baseline, "BASELINE"), _side(current, "CURRENT"), max_regression, allow_missing

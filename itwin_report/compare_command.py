@@ -11,7 +11,7 @@ from itwin_report.errors import EXIT_USAGE, ReportError
 from itwin_report.options import Threshold, tracking_uri_option, warmup_option
 
 if TYPE_CHECKING:
-    from itwin_report.compare import Side
+    from itwin_report.analysis.comparison import Side
 
 COMPARE_FORMATS = ("table", "markdown", "json", "benchmark-json", "benchmark-json-bigger")
 
@@ -28,7 +28,7 @@ def _is_file(source: str) -> bool:
 def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool) -> Side:
     """A saved JSON report when ``source`` is a file, else an experiment of the store."""
     from itwin_report import store
-    from itwin_report.compare import load_side_file, side_from_report
+    from itwin_report.analysis.comparison import load_side_file, side_from_report
     from itwin_report.report import build_report
 
     path = Path(source)
@@ -113,11 +113,10 @@ def compare_command(
       itwin-report compare base.json current.json --format benchmark-json -o bench.json
       itwin-report compare base.json smaller.json --allow-missing
     """
-    # names, not ``from itwin_report import compare``: that is the API function
     from itwin_report import store
+    from itwin_report.analysis.comparison import compare_sides, gate_error, render_comparison
     from itwin_report.cli import _emit
     from itwin_report.command_group import Failure
-    from itwin_report.compare import compare_sides, gate_error, render_comparison
 
     uri = store.resolve_tracking_uri(tracking_uri)
     files = [Path(s) for s in (baseline, current) if _is_file(s)]

@@ -2,9 +2,9 @@
 
 Exit codes: 0 success, 1 user error or unreachable store (:class:`ReportError`),
 2 bad usage (Click's own), 3 the efficiency gate failed (:class:`GateFailed`), 4 ``compare``
-found a regression (:class:`RegressionFound`) or CURRENT lacks a configuration of BASELINE, 5
-nothing to report: no usable run, epoch or configuration was measured (:class:`NothingMeasured`), 130 interrupted by SIGINT (Ctrl-C), 143
-terminated by SIGTERM (:class:`Interrupted`).
+found a regression (:class:`RegressionFound`) or CURRENT lacks a configuration of BASELINE,
+5 nothing measured (:class:`NothingMeasured`), 130 interrupted by SIGINT (Ctrl-C), 143
+terminated by SIGTERM (:class:`Interrupted`). ``EXIT_CODES`` words them for ``--help``.
 """
 
 from __future__ import annotations

@@ -29,6 +29,14 @@ def is_missing(value: Any) -> bool:
         return False
 
 
+def base_of(row: dict[str, Any]) -> tuple[str, int] | None:
+    """The base configuration a table row names (``base_strategy``, ``base_workers``)."""
+    strategy, workers = row.get("base_strategy"), row.get("base_workers")
+    if not isinstance(strategy, str) or is_missing(workers):
+        return None
+    return strategy, int(workers)
+
+
 def number(fmt: str, unit: str = "") -> Formatter:
     """Formatter: ``format(value, fmt) + unit``, ``n/a`` when missing."""
 
@@ -189,6 +197,7 @@ EPOCH_TIME = TableSpec(
             "float64",
             "Speedup",
             SPEEDUP,
+            json_name="epoch_time_speedup",
             description="Epoch-time speedup: t(base) / t(workers).",
         ),
         Column(
@@ -196,6 +205,7 @@ EPOCH_TIME = TableSpec(
             "float64",
             "Efficiency (epoch time)",
             percent_of_fraction,
+            json_name="epoch_time_efficiency",
             description="Epoch-time efficiency: speedup * base workers / workers.",
         ),
         *_base_columns(),
@@ -314,6 +324,7 @@ THROUGHPUT = TableSpec(
             "float64",
             "Speedup",
             SPEEDUP,
+            json_name="throughput_speedup",
             description="Throughput speedup: r(workers) / r(base).",
         ),
         Column(
@@ -321,6 +332,7 @@ THROUGHPUT = TableSpec(
             "float64",
             "Efficiency (throughput)",
             percent_of_fraction,
+            json_name="throughput_efficiency",
             description="End-to-end throughput efficiency: speedup * base workers / workers "
             "(pays for set-up, validation and checkpoints, which epoch times leave out).",
         ),

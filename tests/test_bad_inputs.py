@@ -261,11 +261,13 @@ def nan_points_warned(out: str, work: Path) -> None:
 
 
 def interval_from_steps(out: str, work: Path) -> None:
-    """A bad probing_interval is replaced by the step spacing (1 s): 3 x 200 W x 1 s."""
+    """A bad probing_interval is replaced by the step spacing (1 s): 3 x 200 W x 1 s on the one
+    GPU that logged, scaled to the job's 2 GPUs."""
     sane_numbers(out, work)
     doc = _json_tables(out)
     row = _row(doc, "gpu", 2)
-    assert row is not None and row["energy_wh"] == pytest.approx(3 * 200 / 3600)
+    assert row is not None and row["energy_wh"] == pytest.approx(2 * 3 * 200 / 3600)
+    assert row["energy_coverage"] == pytest.approx(0.5)
     assert any("probing_interval" in w for w in doc["warnings"])
 
 
@@ -464,7 +466,7 @@ CASES = [
         Case(
             f"data-{name}",
             R(name, "--format", "json"),
-            0,
+            5 if name == "huge-world-size" else 0,  # its only job is skipped: nothing measured
             {
                 "negative-epoch": bad_epoch_dropped,
                 "infinite-epoch": bad_epoch_dropped,
@@ -474,6 +476,7 @@ CASES = [
                 "probing-zero": interval_from_steps,
                 "probing-negative": interval_from_steps,
                 "probing-infinite": interval_from_steps,
+                "huge-world-size": nothing_written,
             }.get(name, sane_numbers),
             needs="",
         )
@@ -520,7 +523,11 @@ CASES = [
         ),
         2,
     ),
-    Case("gate-fails", R("good", "--fail-under-efficiency", "5"), 3),
+    Case("gate-fails", R("good", "--fail-under-efficiency", "0.99"), 3),
+    Case("usage-gate-percentage", R("good", "--fail-under-efficiency", "70"), 2),
+    Case(
+        "gate-on-nothing", R("good", "--warmup-epochs", "50", "--fail-under-efficiency", "0.5"), 5
+    ),
     # --- render: store values are text in every format
     Case("render-table", R("hostile"), 0, plain_text_safe),
     Case("render-markdown", R("hostile", "--format", "markdown"), 0, markdown_safe),

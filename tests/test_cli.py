@@ -110,7 +110,9 @@ def test_json_report_schema(store: str) -> None:
     ]
     for row in epoch:
         assert isinstance(row["workers"], int) and row["runs"] == 2 and row["epochs"] == 4
-        assert row["efficiency"] == pytest.approx(row["speedup"] * 2 / row["workers"])
+        assert row["epoch_time_efficiency"] == pytest.approx(
+            row["epoch_time_speedup"] * 2 / row["workers"]
+        )
     assert {"energy_wh", "energy_wh_per_epoch", "utilization_pct", "avg_power_w"} <= set(
         doc["gpu"][0]
     )

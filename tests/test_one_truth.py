@@ -66,11 +66,11 @@ def test_every_speedup_of_a_configuration_is_the_same_number(itwinai_default: An
         speedup = t_base / _t(truth, config)  # by hand from the truth file
         row = rows[config]
         assert (row["base_strategy"], row["base_workers"]) == BASE
-        assert row["speedup"] == pytest.approx(speedup, rel=1e-6)
-        assert row["efficiency"] == pytest.approx(speedup / config[1], rel=1e-6)
+        assert row["epoch_time_speedup"] == pytest.approx(speedup, rel=1e-6)
+        assert row["epoch_time_efficiency"] == pytest.approx(speedup / config[1], rel=1e-6)
         # two runs each: the interval exists (the 1-GPU base's runs take part) and holds it
-        low, high = row["speedup_ci"]
-        assert low <= row["speedup"] <= high
+        low, high = row["epoch_time_speedup_ci"]
+        assert low <= row["epoch_time_speedup"] <= high
         assert (thr[config]["base_strategy"], thr[config]["base_workers"]) == BASE
     # the models use the 1-GPU point: 1, 2, 4 and 8 workers
     for model in report["scaling_models"]:
@@ -136,8 +136,8 @@ def test_flat_runs_without_a_rank_param(tmp_path: Path) -> None:
     # warm-up 1: means 8 s and 5 s; speedup 8/5 = 1.6 against 2 workers; efficiency 1.6*2/4
     assert rows[2]["avg_epoch_time_s"] == pytest.approx(8.0)
     assert rows[4]["avg_epoch_time_s"] == pytest.approx(5.0)
-    assert rows[4]["speedup"] == pytest.approx(1.6)
-    assert rows[4]["efficiency"] == pytest.approx(0.8)
+    assert rows[4]["epoch_time_speedup"] == pytest.approx(1.6)
+    assert rows[4]["epoch_time_efficiency"] == pytest.approx(0.8)
     assert (rows[4]["base_strategy"], rows[4]["base_workers"]) == ("nccl", 2)
 
 

@@ -87,8 +87,11 @@ def test_bars_and_colours(figs) -> None:
     energy = figures["gpu_energy"].axes[0]
     bars = energy.patches
     assert len(bars) == 5  # ddp 4/8/16 + ds 4/8
-    # energy: 36 samples * 100*w W * 1 s / 3600 = w Wh
-    assert sorted(b.get_height() for b in bars) == pytest.approx([4, 4, 8, 8, 16])
+    # energy: 36 samples * 100*w W * 1 s / 3600 = w Wh on rank 0's GPU, scaled to the job's
+    # w GPUs: w * w Wh, each bar hatched as an estimate
+    assert sorted(b.get_height() for b in bars) == pytest.approx([16, 16, 64, 64, 256])
+    assert {b.get_hatch() for b in bars} == {"//"}
+    assert "hatched: estimated" in energy.get_title()
     from matplotlib.colors import to_hex
 
     assert {to_hex(b.get_facecolor()) for b in bars} == {PALETTE[0], PALETTE[1]}

@@ -160,9 +160,13 @@ def test_one_definition_per_table() -> None:
     for spec in TABLES:
         frame = getattr(report, spec.name)
         assert list(frame.columns) == spec.names, spec.name
-        # JSON pairs the interval bounds: speedup_ci = [low, high], efficiency_ci likewise
+        # JSON pairs the interval bounds: epoch_time_speedup_ci = [low, high], and so on
         keys = [c.key for c in spec.columns if not c.key.endswith(("_ci_low", "_ci_high"))]
-        keys += ["speedup_ci", "efficiency_ci"] if spec.name == "epoch_time" else []
+        keys += (
+            ["epoch_time_speedup_ci", "epoch_time_efficiency_ci"]
+            if spec.name == "epoch_time"
+            else []
+        )
         for row in obj[spec.name]:
             assert list(row) == keys
         if len(frame):

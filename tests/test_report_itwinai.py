@@ -82,14 +82,14 @@ def _report(uri: str, *args: str) -> dict:
 def test_single_gpu_run_is_every_strategys_baseline(itwinai_store: str) -> None:
     report = _report(itwinai_store)
     rows = {(r["strategy"], r["workers"]): r for r in report["epoch_time"]}
-    assert rows["non-distributed", 1]["speedup"] == 1.0
-    assert rows["torch-ddp", 2]["speedup"] == pytest.approx(10.0 / 5.5)
-    assert rows["torch-ddp", 4]["efficiency"] == pytest.approx(10.0 / 3.0 / 4)
+    assert rows["non-distributed", 1]["epoch_time_speedup"] == 1.0
+    assert rows["torch-ddp", 2]["epoch_time_speedup"] == pytest.approx(10.0 / 5.5)
+    assert rows["torch-ddp", 4]["epoch_time_efficiency"] == pytest.approx(10.0 / 3.0 / 4)
     assert report["baseline"]["reference"] == {"strategy": "non-distributed", "workers": 1}
     per = _report(itwinai_store, "--baseline", "per-strategy")
     rows = {(r["strategy"], r["workers"]): r for r in per["epoch_time"]}
-    assert rows["torch-ddp", 2]["speedup"] == 1.0
-    assert rows["torch-ddp", 4]["speedup"] == pytest.approx(5.5 / 3.0)
+    assert rows["torch-ddp", 2]["epoch_time_speedup"] == 1.0
+    assert rows["torch-ddp", 4]["epoch_time_speedup"] == pytest.approx(5.5 / 3.0)
     assert not any("single-GPU" in w for w in per["warnings"])
 
 

@@ -104,13 +104,13 @@ def test_weak_scaling_through_the_command(tmp_path: Path) -> None:
     # mean epoch time after warm-up (steps 1, 2) of both jobs: base + 0.05 + 0.075
     times = {4: 10.125, 8: 10.625, 16: 11.325}
     for row in report["epoch_time"]:
-        assert row["speedup"] is None
-        assert row["efficiency"] == pytest.approx(times[4] / times[row["workers"]])
+        assert row["epoch_time_speedup"] is None
+        assert row["epoch_time_efficiency"] == pytest.approx(times[4] / times[row["workers"]])
     assert report["predictions"] == [] and report["scaling_models"] == []
     assert report["prediction_notes"][0].startswith("no predictions under weak scaling")
     forced = _report(uri, "--scaling", "strong", "--predict", "64")
     assert forced["scaling"] == "strong"
-    assert forced["epoch_time"][1]["speedup"] == pytest.approx(times[4] / times[8])
+    assert forced["epoch_time"][1]["epoch_time_speedup"] == pytest.approx(times[4] / times[8])
     # epoch times that grow with the workers: Amdahl is a poor fit; the refusal says why
     [refusal] = forced["predictions"]
     assert (refusal["strategy"], refusal["workers"], refusal["avg_epoch_time_s"]) == (

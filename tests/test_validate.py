@@ -104,8 +104,10 @@ def test_no_cell_is_negative_infinite_or_impossible(hostile: str) -> None:
     assert rows["ddp", 2]["runs"] == 2 and rows["ddp", 2]["epochs"] == 2  # 20 and 20
     assert rows["ddp", 2]["avg_epoch_time_s"] == 20.0
     # single-GPU baseline: 40 s on 1 GPU
-    assert rows["ddp", 2]["speedup"] == 2.0 and rows["ddp", 4]["speedup"] == 4.0
-    assert rows["ddp", 4]["efficiency"] == 1.0
+    assert (
+        rows["ddp", 2]["epoch_time_speedup"] == 2.0 and rows["ddp", 4]["epoch_time_speedup"] == 4.0
+    )
+    assert rows["ddp", 4]["epoch_time_efficiency"] == 1.0
     (gpu,) = report["gpu"]
     assert gpu["utilization_pct"] == 60.0  # (50 + 70) / 2
     assert gpu["avg_power_w"] == 110.0  # (100 + 120) / 2
@@ -136,19 +138,20 @@ def test_each_kind_of_dropped_data_is_one_warning_naming_the_runs(hostile: str) 
     assert "'nd-1'" in one("ignored probing_interval")
     assert "'ddp-4'" in one("profiler row(s)")
     assert "Infinity is not a number" in one("malformed performance/performance.json")
-    assert "against the single-GPU run (non-distributed with 1 workers)" in warnings[0]
-    assert report["baseline"] == {
-        "mode": "single-gpu",
-        "reference": {"strategy": "non-distributed", "workers": 1},
-    }
+    assert "against the single-GPU run (non-distributed with 1 worker)" in warnings[0]
+    assert report["baseline"]["mode"] == "single-gpu"
+    assert report["baseline"]["reference"] == {"strategy": "non-distributed", "workers": 1}
+    assert {b["base_strategy"] for b in report["baseline"]["bases"]} == {"non-distributed"}
 
 
 def test_per_strategy_baseline_keeps_each_strategys_own_base(hostile: str) -> None:
     report, _ = _report_json(hostile, "--baseline", "per-strategy")
     rows = {(r["strategy"], r["workers"]): r for r in report["epoch_time"]}
-    assert rows["ddp", 2]["speedup"] == 1.0 and rows["ddp", 4]["speedup"] == 2.0  # 20 / 10
-    assert rows["ddp", 4]["efficiency"] == 1.0  # 2 * 2 / 4
-    assert report["baseline"] == {"mode": "per-strategy", "reference": None}
+    assert (
+        rows["ddp", 2]["epoch_time_speedup"] == 1.0 and rows["ddp", 4]["epoch_time_speedup"] == 2.0
+    )  # 20 / 10
+    assert rows["ddp", 4]["epoch_time_efficiency"] == 1.0  # 2 * 2 / 4
+    assert report["baseline"]["mode"] == "per-strategy" and report["baseline"]["reference"] is None
 
 
 @pytest.mark.parametrize(

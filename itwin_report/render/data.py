@@ -35,6 +35,15 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def _masked(value: Any) -> Any:
+    """``value`` with every string masked, nested lists and dicts included."""
+    if isinstance(value, dict):
+        return {k: _masked(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_masked(v) for v in value]
+    return mask_text(value) if isinstance(value, str) else value
+
+
 def report_to_dict(report: Report) -> dict[str, Any]:
     """The report as a JSON-ready object (NaN -> None, integer columns int, text masked)."""
     out: dict[str, Any] = {
@@ -54,7 +63,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
                     row[col.key] = int(row[col.key])
             rows.append(row)
         out[spec.name] = rows
-    out["baseline"] = report.baseline
+    out["baseline"] = _masked(report.baseline)
     out["epoch_time"] = [pair_intervals(row) for row in out["epoch_time"]]
     out.update(json_fields(report))
     out["warnings"] = [mask_text(w) for w in report.warnings]

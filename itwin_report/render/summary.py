@@ -10,8 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from itwin_report.render.layout import VERDICT_WORDS, warmup_line
-from itwin_report.report.baseline import base_of
-from itwin_report.tables import SPECS
+from itwin_report.tables import SPECS, base_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -127,7 +126,7 @@ def efficiency_sentences(report: Report) -> list[str]:
     thr = {(r["strategy"], r["workers"]): r for r in _records(report.throughput)}
     for rec in _largest(report.epoch_time, "efficiency"):
         base = base_of(rec)
-        base_txt = f" over {_config(base)}" if base is not None else ""
+        base_txt = f" over {_config(rec['strategy'], base)}" if base is not None else ""
         other = thr.get((rec["strategy"], rec["workers"]))
         thr_txt = ""
         if other is not None and _known(other["efficiency"]):
@@ -222,10 +221,11 @@ def summary_sentences(report: Report) -> list[str]:
     return lines
 
 
-def _config(base: tuple[str, int]) -> str:
-    """``4 workers`` or, for another strategy's run, ``non-distributed at 1 worker``."""
-    strategy, workers = base
-    return f"{strategy} at {workers} worker{'' if workers == 1 else 's'}"
+def _config(strategy: str, base: tuple[str, int]) -> str:
+    """``4 workers``, or for another strategy's run ``non-distributed at 1 worker``."""
+    name, workers = base
+    count = f"{workers} worker{'' if workers == 1 else 's'}"
+    return count if name == strategy else f"{name} at {count}"
 
 
 def base_sentence(report: Report) -> str:
@@ -237,7 +237,7 @@ def base_sentence(report: Report) -> str:
             bases.setdefault(rec["strategy"], base)
     if not bases:
         return "No speedup could be computed: no strategy has a base configuration."
-    listed = ", ".join(f"{s} {_config(b)}" for s, b in sorted(bases.items(), key=str))
+    listed = ", ".join(f"{s} {_config(s, b)}" for s, b in sorted(bases.items(), key=str))
     return (
         "Speedup and efficiency are measured against a base configuration, where the speedup is 1: "
         "speedup = epoch time at the base / epoch time, efficiency = speedup x base workers / "

@@ -24,6 +24,9 @@ import pandas as pd
 
 from itwin_report.errors import ReportError
 from itwin_report.report.common import label
+from itwin_report.tables import base_of
+
+__all__ = ["AUTO", "BASELINES", "Baseline", "apply", "base_of", "decide"]
 
 NON_DISTRIBUTED = "non-distributed"  # how itwinai names a 1-worker job's strategy
 AUTO, SINGLE_GPU, PER_STRATEGY = "auto", "single-gpu", "per-strategy"
@@ -164,11 +167,3 @@ def apply(
     out["speedup"] = speedup
     out["efficiency"] = speedup * base_w / workers
     return out, notes
-
-
-def base_of(row: dict) -> Config | None:
-    """The base configuration a table row names, None when it has none."""
-    strategy, workers = row.get("base_strategy"), row.get("base_workers")
-    if not isinstance(strategy, str) or workers is None or workers != workers:
-        return None
-    return strategy, int(workers)

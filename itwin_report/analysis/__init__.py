@@ -1,0 +1,1 @@
+"""Pure statistics on report tables: the regression comparison between two reports."""
