@@ -32,7 +32,7 @@ def is_missing(value: Any) -> bool:
 def base_of(row: dict[str, Any]) -> tuple[str, int] | None:
     """The base configuration a table row names (``base_strategy``, ``base_workers``)."""
     strategy, workers = row.get("base_strategy"), row.get("base_workers")
-    if not isinstance(strategy, str) or is_missing(workers):
+    if not isinstance(strategy, str) or workers is None or is_missing(workers):
         return None
     return strategy, int(workers)
 

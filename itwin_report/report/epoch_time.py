@@ -71,10 +71,12 @@ def _warmup_warnings(epochs: pd.DataFrame, kept: pd.DataFrame, warmup: int) -> l
     out = []
     gone = sorted(set(epochs["job_id"]) - set(kept["job_id"]))
     if gone:
-        first = epochs.drop_duplicates("job_id").set_index("job_id")
-        names = [
-            f"{job} ({label(first.at[job, 'strategy'], first.at[job, 'workers'])})" for job in gone
-        ]
+        first = epochs.drop_duplicates("job_id")
+        configs = {
+            str(j): label(str(s), int(w))
+            for j, s, w in zip(first["job_id"], first["strategy"], first["workers"], strict=True)
+        }
+        names = [f"{job} ({configs[str(job)]})" for job in gone]
         out.append(
             f"{len(gone)} run(s) have all their epochs within the {warmup} warm-up epoch(s) and "
             f"are left out of epoch times: {name_list(names)}"
