@@ -1,6 +1,6 @@
 """Allow ``python -m itwin_report``: Ctrl-C is handled before anything else is imported."""
 
-from itwin_report.interrupt import exit_at_once_on_sigint
+from itwin_report.util.interrupt import exit_at_once_on_sigint
 
 exit_at_once_on_sigint()
 

@@ -10,7 +10,7 @@
     result = ir.compare(baseline_report, report)
     result.table                 # one row per configuration and metric
 
-Errors are :class:`~itwin_report.errors.ReportError` subclasses with the CLI's exit codes.
+Errors are :class:`~itwin_report.util.errors.ReportError` subclasses with the CLI's exit codes.
 """
 
 from __future__ import annotations
@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from itwin_report.analysis.comparison import Comparison, Side
-    from itwin_report.report import Report
-    from itwin_report.schema import RunData
+    from itwin_report.data.rundata import RunData
+    from itwin_report.render.notebook import Report
+    from itwin_report.report import Report as ReportModel
 
 
 def load(
@@ -68,15 +69,18 @@ def build(
     fail_under_efficiency: float | None = None,
     gate_on: str = "epoch-time",
 ) -> Report:
-    """Aggregate loaded runs into a :class:`~itwin_report.report.Report` (pure: no I/O).
+    """Aggregate loaded runs into a :class:`Report` (pure: no I/O): the report's tables as
+    DataFrames, with ``to_json()``, ``to_text()``, ``to_html()``, ``figures()`` and a Jupyter
+    display.
 
     The options are the report command's; with ``fail_under_efficiency`` the report carries the
     gate's verdict (``report.gate``) instead of raising.
     """
+    from itwin_report.render.notebook import Report
     from itwin_report.report import build_report
 
     gate = None if fail_under_efficiency is None else (float(fail_under_efficiency), gate_on)
-    return build_report(
+    report = build_report(
         data,
         warmup_epochs=warmup_epochs,
         rate_config=rate_config,
@@ -87,10 +91,12 @@ def build(
         predict_workers=[int(w) for w in predict],
         gate=gate,
     )
+    return Report.of(report)
 
 
 def _side(value: Any, name: str) -> Side:
-    from itwin_report.analysis.comparison import load_side_file, side_from_dict, side_from_report
+    from itwin_report.analysis.comparison import load_side_file, side_from_dict
+    from itwin_report.render.comparison import side_from_report
     from itwin_report.report import Report
 
     if isinstance(value, Report):
@@ -101,8 +107,8 @@ def _side(value: Any, name: str) -> Side:
 
 
 def compare(
-    baseline: Report | dict | str | Path,
-    current: Report | dict | str | Path,
+    baseline: ReportModel | dict | str | Path,
+    current: ReportModel | dict | str | Path,
     *,
     max_regression: float = 0.05,
     allow_missing: bool = False,

@@ -314,7 +314,7 @@ def test_no_command_shows_the_help() -> None:
 
 
 def test_json_keys_are_documented() -> None:
-    from itwin_report.tables import TABLES
+    from itwin_report.report.specs import TABLES
 
     for spec in TABLES:
         assert f"`{spec.name}[]`" in README, spec.name
@@ -346,7 +346,7 @@ def test_errors_wrapping_server_text_are_masked(monkeypatch: pytest.MonkeyPatch)
 def test_atomic_write_leaves_nothing_when_interrupted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from itwin_report import atomic
+    from itwin_report.util import atomic
 
     target = tmp_path / "report.txt"
     atomic.write_text(target, "complete\n")

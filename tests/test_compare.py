@@ -21,11 +21,11 @@ from itwin_report.analysis.comparison import (
     compare_sides,
     gate_error,
     regressions,
-    render_comparison,
     side_from_dict,
 )
 from itwin_report.cli import main
-from itwin_report.errors import DataError, NothingMeasured, RegressionFound, ReportError
+from itwin_report.render.comparison import render_comparison
+from itwin_report.util.errors import DataError, NothingMeasured, RegressionFound, ReportError
 
 
 def _refuse(name: str) -> None:

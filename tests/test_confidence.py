@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from itwin_report.report.confidence import (
+from itwin_report.analysis.intervals import (
     add_intervals,
     fastest_lines,
     mean_interval,

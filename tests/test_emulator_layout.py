@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from itwin_report.data.rundata import PROFILE_ARTIFACT
 from itwin_report.emulator.options import EmulationOptions
 from itwin_report.emulator.truth import expected_truth
 from itwin_report.emulator.writer import run_emulation
-from itwin_report.schema import PROFILE_ARTIFACT
 from itwin_report.store import mlflow_api
 
 # One GPU, one epoch: 100 steps of 32 samples at 320 samples/s = 10 s fully busy, then 2 s of

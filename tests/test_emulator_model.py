@@ -16,7 +16,7 @@ from itwin_report.emulator import model, profile
 from itwin_report.emulator.options import EmulationOptions
 from itwin_report.emulator.params import PRESETS, ModelParams, with_overrides
 from itwin_report.emulator.truth import expected_truth
-from itwin_report.errors import ReportError
+from itwin_report.util.errors import ReportError
 
 EXAMPLE = json.loads(
     (

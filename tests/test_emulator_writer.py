@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from conftest import cli_runner
 
+from itwin_report.cli.emulate_cmd import emulate_command
+from itwin_report.data.rundata import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
 from itwin_report.emulator import timeline
-from itwin_report.emulator.command import emulate_command
 from itwin_report.emulator.options import EmulationOptions
 from itwin_report.emulator.writer import job_rng, run_emulation
-from itwin_report.errors import ReportError
-from itwin_report.schema import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
 from itwin_report.store import mlflow_api
+from itwin_report.util.errors import ReportError
 
 SMALL = ("samples_per_epoch=2000", "probing_interval=2")
 OPTIONS = EmulationOptions(

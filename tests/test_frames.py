@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from itwin_report.frames import METRIC_ORDER, join_runs, last_of_each, sort_rows
+from itwin_report.data.frames import METRIC_ORDER, join_runs, last_of_each, sort_rows
 from itwin_report.store.artifacts import filesystem_type
 
 

@@ -16,7 +16,7 @@ from test_report_builders import make_data, metric, profile, run
 from itwin_report.cli import main
 from itwin_report.render.html import PageContext, page_context, page_plots, page_time, render_html
 from itwin_report.report import build_report
-from itwin_report.tables import TABLES
+from itwin_report.report.specs import TABLES
 
 REPORT = "generate-scalability-report"
 WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -412,7 +412,7 @@ def test_page_with_a_100_kb_name_renders_in_seconds() -> None:
     name shown shortened (it took over 600 s when every value was shown and masked whole)."""
     import time
 
-    from itwin_report.render.safe import ELLIPSIS, MAX_LINE, MAX_SHOWN
+    from itwin_report.util.escape import ELLIPSIS, MAX_LINE, MAX_SHOWN
 
     name = "n" * 100_000
     runs, metrics = [], []

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from conftest import cli_runner
 
-from itwin_report.errors import DataError
-from itwin_report.performance import merge_files, merge_records, read_record, to_json
+from itwin_report.data.performance_json import merge_files, merge_records, read_record, to_json
+from itwin_report.util.errors import DataError
 
 
 def rec(samples: float, time: float, est: float = 500.0, **extra) -> dict:

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from test_report_builders import make_data, metric, profile, run, smoothed
 
-from itwin_report.errors import ReportError
 from itwin_report.plots import (
     PALETTE,
     figure_svg,
@@ -18,6 +17,7 @@ from itwin_report.plots import (
     strategy_colors,
 )
 from itwin_report.report import build_report
+from itwin_report.util.errors import ReportError
 
 R, G = "local_samples_per_sec", "avg_samples_per_sec"
 
@@ -306,7 +306,7 @@ def test_no_store_value_is_read_as_mathtext(tmp_path: Path) -> None:
 
 def test_long_names_are_shortened_in_every_figure() -> None:
     from itwin_report.plots import label
-    from itwin_report.render.safe import ELLIPSIS, MAX_SHOWN
+    from itwin_report.util.escape import ELLIPSIS, MAX_SHOWN
 
     long = "q" * 100_000
     rep = scaling_report([long, "ddp"], predict=[64])

@@ -17,7 +17,7 @@ from itwin_report.render import FORMATS, render, report_to_dict
 from itwin_report.report import Report
 from itwin_report.report.common import empty_table
 from itwin_report.report.computation import COLUMNS as COMPUTATION_COLUMNS
-from itwin_report.tables import TABLES
+from itwin_report.report.specs import TABLES
 
 GOLDEN = Path(__file__).parent / "golden"
 NAN = math.nan
@@ -146,7 +146,7 @@ def test_markdown_csv_json() -> None:
 
 
 def test_unknown_format() -> None:
-    from itwin_report.errors import ReportError
+    from itwin_report.util.errors import ReportError
 
     with pytest.raises(ReportError, match="unknown format"):
         render(hand_report(), "xml")
@@ -178,8 +178,8 @@ def test_one_definition_per_table() -> None:
 
 
 def test_builders_return_the_spec_columns_and_dtypes() -> None:
+    from itwin_report.data.rundata import RunData
     from itwin_report.report import build_report
-    from itwin_report.schema import RunData
 
     report = build_report(RunData(experiment="e", tracking_uri="sqlite:///x.db"))
     for spec in TABLES:
@@ -310,7 +310,7 @@ def long_name_report(name: str) -> Report:
 
 @pytest.mark.parametrize("fmt", ["table", "markdown"])
 def test_long_values_are_shortened_in_text_formats(fmt: str) -> None:
-    from itwin_report.render.safe import ELLIPSIS, MAX_LINE, MAX_SHOWN
+    from itwin_report.util.escape import ELLIPSIS, MAX_LINE, MAX_SHOWN
 
     name = "n" * 100_000
     text = render(long_name_report(name), fmt)
@@ -330,8 +330,8 @@ def test_long_values_stay_whole_in_json_and_csv() -> None:
 
 
 def test_shorten_and_plural() -> None:
-    from itwin_report.render.layout import plural
-    from itwin_report.render.safe import shorten
+    from itwin_report.util.escape import shorten
+    from itwin_report.util.text import plural
 
     assert shorten("abc", 3) == "abc"
     assert shorten("abcd", 3) == "ab\u2026" and len(shorten("x" * 500)) == 200
@@ -376,7 +376,7 @@ def test_main_help_lists_every_exit_code_from_errors() -> None:
     from conftest import cli_runner
 
     from itwin_report.cli import main
-    from itwin_report.errors import EXIT_CODES, EXIT_EMPTY, EXIT_REGRESSION
+    from itwin_report.util.errors import EXIT_CODES, EXIT_EMPTY, EXIT_REGRESSION
 
     out = cli_runner().invoke(main, ["--help"]).stdout
     listed = out.split("Exit codes:")[1].split("Options:")[0]

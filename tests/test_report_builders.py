@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 
 import pandas as pd
 
-from itwin_report.schema import RunData
+from itwin_report.data.rundata import RunData
 
 NAN = math.nan
 

@@ -7,8 +7,8 @@ import math
 import pytest
 from test_report_builders import make_data, metric, run
 
-from itwin_report.errors import ReportError
 from itwin_report.report import below_efficiency, build_report
+from itwin_report.util.errors import ReportError
 
 E = "epoch_time_s"
 

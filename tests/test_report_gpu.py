@@ -7,9 +7,9 @@ import math
 import pytest
 from test_report_builders import NAN, make_data, metric, run
 
-from itwin_report import tables
 from itwin_report.render.layout import table_block
 from itwin_report.report import build_report
+from itwin_report.report import specs as tables
 
 P, U, E = "gpu_power_W", "gpu_utilization_percent", "epoch_time_s"
 

@@ -12,9 +12,9 @@ from conftest import cli_runner
 from test_report_builders import make_data, metric, profile, run
 
 from itwin_report.cli import main
+from itwin_report.data.validate import validate
 from itwin_report.report import build_report
 from itwin_report.report.computation import NO_GPU_REASON, classify
-from itwin_report.validate import validate
 
 T0 = 1_700_000_000_000
 PROFILE = "torch_profiling_averages/torch_profiling_averages.csv"

@@ -11,8 +11,8 @@ import pandas as pd
 import pytest
 from conftest import cli_runner
 
+from itwin_report.analysis.scaling_mode import decide, weak_efficiency
 from itwin_report.cli import main
-from itwin_report.report.scaling_mode import decide, weak_efficiency
 
 T0 = 1_700_000_000_000
 

@@ -11,10 +11,7 @@ import pandas as pd
 import pytest
 from conftest import cli_runner
 
-from itwin_report.cli import main
-from itwin_report.emulator import model
-from itwin_report.emulator.params import PRESETS, STRATEGIES
-from itwin_report.report.scaling_models import (
+from itwin_report.analysis.scaling_models import (
     describe,
     fit,
     fit_all,
@@ -23,6 +20,9 @@ from itwin_report.report.scaling_models import (
     karp_flatt_trend,
     predict,
 )
+from itwin_report.cli import main
+from itwin_report.emulator import model
+from itwin_report.emulator.params import PRESETS, STRATEGIES
 
 NAMES = {"amdahl": "Amdahl", "usl": "USL"}
 WORKERS = np.array([1.0, 2.0, 4.0, 8.0, 16.0, 32.0])

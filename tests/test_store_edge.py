@@ -15,9 +15,9 @@ import pytest
 from conftest import bulk_worker_runs, cli_runner, new_sqlite_store
 
 from itwin_report.cli import main
+from itwin_report.data.validate import named
 from itwin_report.store import load_experiment
 from itwin_report.store.columnar import ENV
-from itwin_report.validate import named
 
 T0 = 1_700_000_000_000
 EPOCHS = [12.0, 10.0, 10.0]  # after the one-epoch warm-up: 10 s

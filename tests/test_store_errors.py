@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from itwin_report.errors import StoreError
 from itwin_report.store import DEFAULT_TRACKING_URI, load_experiment, mask_uri, resolve_tracking_uri
 from itwin_report.store.api_reader import ApiReader
 from itwin_report.store.sql_open import open_sql_reader
 from itwin_report.store.uri import FILE, HTTP, OTHER, SQL, SQLITE, sqlite_path, store_kind
+from itwin_report.util.errors import StoreError
 
 
 @pytest.mark.parametrize(

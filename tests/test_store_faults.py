@@ -15,9 +15,9 @@ import pytest
 from conftest import cli_runner
 
 from itwin_report.cli import main
-from itwin_report.errors import StoreError
 from itwin_report.store import load_experiment
 from itwin_report.store.api_reader import BULK_MAX_RUNS, BULK_PATH, MAX_REQUEST_LINE, bulk_batches
+from itwin_report.util.errors import StoreError
 
 PROMISE_S = 60  # the documented bound on any failing report
 SECRET = "s3cr3t-pw"

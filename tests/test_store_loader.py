@@ -12,12 +12,12 @@ import pandas as pd
 import pytest
 from conftest import PERFORMANCE_MERGED, PERFORMANCE_ONE, epoch_time, gpu_power
 
-from itwin_report.errors import ReportError, StoreError
-from itwin_report.schema import RunData
+from itwin_report.data.rundata import RunData
 from itwin_report.store import _load, load_experiment
 from itwin_report.store.api_reader import ApiReader
 from itwin_report.store.file_reader import FileStoreReader
 from itwin_report.store.sql_open import open_sql_reader
+from itwin_report.util.errors import ReportError, StoreError
 
 Store = tuple[str, dict[str, Any]]
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from itwin_report.data.rundata import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
 from itwin_report.emulator import mlflow_writer
-from itwin_report.schema import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
 from itwin_report.store import load_experiment, mlflow_api
 from itwin_report.store.artifacts import MAX_ARTIFACT_BYTES
 from itwin_report.store.uri import local_artifact_dir

@@ -15,9 +15,9 @@ import pytest
 from conftest import cli_runner
 
 from itwin_report.cli import main
-from itwin_report.errors import StoreError
 from itwin_report.store import load_experiment
 from itwin_report.store.sql_open import sqlite_open_mode
+from itwin_report.util.errors import StoreError
 
 Store = tuple[str, dict[str, Any]]
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from itwin_report.errors import StoreError
 from itwin_report.store import load_experiment
 from itwin_report.store.sql_open import POSTGRES_EXTRA, engine_url
+from itwin_report.util.errors import StoreError
 
 URI = "postgresql://alice:pw-secret@db.example.org:5432/mlflow"
 

@@ -13,9 +13,9 @@ from conftest import cli_runner
 from test_report_builders import make_data, metric, perf, profile, run
 
 from itwin_report.cli import main
+from itwin_report.data.rundata import RunData
+from itwin_report.data.validate import MAX_NAMED, named, validate
 from itwin_report.report import build_report
-from itwin_report.schema import RunData
-from itwin_report.validate import MAX_NAMED, named, validate
 
 T0 = 1_700_000_000_000
 INF = float("inf")

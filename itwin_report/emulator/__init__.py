@@ -13,7 +13,7 @@ _EXPORTS = {
     "EmulationResult": "itwin_report.emulator.writer",
     "run_emulation": "itwin_report.emulator.writer",
     "expected_truth": "itwin_report.emulator.truth",
-    "emulate_command": "itwin_report.emulator.command",
+    "emulate_command": "itwin_report.cli.emulate_cmd",
 }
 
 

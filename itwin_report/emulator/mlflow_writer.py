@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from itwin_report.errors import StoreError
-from itwin_report.masking import mask_text, mask_uri
 from itwin_report.store import mlflow_api
 from itwin_report.store.uri import SQL, SQLITE, local_artifact_dir, sqlite_path, store_kind
+from itwin_report.util.errors import StoreError
+from itwin_report.util.masking import mask_text, mask_uri
 
 PARENT_TAG = mlflow_api.PARENT_TAG
 RUN_NAME_TAG = "mlflow.runName"

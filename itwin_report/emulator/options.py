@@ -10,7 +10,7 @@ from typing import NamedTuple
 
 from itwin_report.emulator import model
 from itwin_report.emulator.params import STRATEGIES, ModelParams, preset, with_overrides
-from itwin_report.errors import EXIT_USAGE, ReportError
+from itwin_report.util.errors import EXIT_USAGE, ReportError
 
 DEFAULT_WORKERS: tuple[int, ...] = (4, 8, 16, 32)
 DEFAULT_EXPERIMENT = "emulated-cluster"

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from itwin_report.errors import ReportError
+from itwin_report.util.errors import ReportError
 
 STRATEGIES: tuple[str, ...] = ("deepspeed", "horovod", "torch-ddp")
 PREFIX: dict[str, str] = {"deepspeed": "ds", "horovod": "hvd", "torch-ddp": "ddp"}

@@ -11,11 +11,11 @@ import sqlite3
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from itwin_report.errors import StoreError
-from itwin_report.masking import mask_uri
 from itwin_report.store.uri import HTTP, SQL, store_kind
+from itwin_report.util.errors import StoreError
+from itwin_report.util.files import SQLITE_MAGIC
+from itwin_report.util.masking import mask_uri
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 MLFLOW_TABLES = ("alembic_version", "experiments", "runs", "metrics", "params", "tags")
 CONNECT_TIMEOUT_S = 10.0
 SQL_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}

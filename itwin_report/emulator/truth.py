@@ -11,7 +11,7 @@ import numpy as np
 from itwin_report.emulator import model, profile, timeline
 from itwin_report.emulator.options import EmulationOptions
 from itwin_report.emulator.params import ModelParams
-from itwin_report.errors import ReportError
+from itwin_report.util.errors import ReportError
 
 
 def configuration(

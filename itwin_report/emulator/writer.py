@@ -12,15 +12,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from itwin_report.data.rundata import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
 from itwin_report.emulator import timeline
 from itwin_report.emulator.options import NON_DISTRIBUTED, Config, EmulationOptions
 from itwin_report.emulator.params import STRATEGIES, STRATEGY_CLASS, ModelParams
 from itwin_report.emulator.target import check_reachable
-from itwin_report.errors import ReportError, StoreError
-from itwin_report.masking import mask_text, mask_uri
-from itwin_report.progress import progress
-from itwin_report.schema import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
 from itwin_report.store.uri import SQLITE, local_artifact_dir, sqlite_path, store_kind
+from itwin_report.util.errors import ReportError, StoreError
+from itwin_report.util.masking import mask_text, mask_uri
+from itwin_report.util.progress import progress
 
 EPOCH_MS = 1_767_600_000_000  # 2026-01-05T08:00:00Z, the emulated clock's origin
 GAP_S = (20.0, 90.0)  # idle time before each job, drawn from the seed

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from itwin_report.render.layout import plural
+from itwin_report.util.text import plural
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -42,12 +42,12 @@ OUTSIDE_LEGEND_RIGHT = 0.8
 
 def label(text: object) -> str:
     """Any text with a store value in it as matplotlib text: masked, then
-    :func:`~itwin_report.render.safe.plot_text` (shortened, controls escaped, never mathtext).
+    :func:`~itwin_report.util.escape.plot_text` (shortened, controls escaped, never mathtext).
 
     Every title, legend entry, tick label and annotation built from store values goes here.
     """
-    from itwin_report.masking import mask_text
-    from itwin_report.render.safe import plot_text
+    from itwin_report.util.escape import plot_text
+    from itwin_report.util.masking import mask_text
 
     return plot_text(mask_text(str(text)))
 
@@ -371,7 +371,7 @@ def computation_figure(report: Report) -> Figure | None:
 
 def rates_figure(report: Report) -> Figure | None:
     """Rate and GlobalRate over elapsed time; points left out of the steady estimate marked."""
-    from itwin_report.schema import GLOBAL_RATE, RATE
+    from itwin_report.data.rundata import GLOBAL_RATE, RATE
 
     series = report.rate_series
     if series.empty or report.rate_config is None:

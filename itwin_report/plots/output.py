@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from itwin_report.errors import ReportError
 from itwin_report.plots import figures as f
+from itwin_report.util.errors import ReportError
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -92,7 +92,7 @@ def _scaling(report: Report) -> str | None:
 
 def _rates_reason(report: Report) -> str:
     """No Rate metrics anywhere, or none for the configuration ``--rate-config`` names."""
-    from itwin_report.render.layout import plural
+    from itwin_report.util.text import plural
 
     if report.rate_config is None:
         return "no run logged Rate/GlobalRate metrics"
@@ -110,8 +110,8 @@ def _rates_reason(report: Report) -> str:
 
 def label_text(text: str) -> str:
     """A reason's store values as shown in messages: masked and shortened."""
-    from itwin_report.masking import mask_text
-    from itwin_report.render.safe import shorten
+    from itwin_report.util.escape import shorten
+    from itwin_report.util.masking import mask_text
 
     return shorten(mask_text(text))
 

@@ -3,7 +3,7 @@
 The text formats share one layout (:mod:`.layout`) and differ only in how they write its
 blocks (:mod:`.plain`, :mod:`.styled`, :mod:`.markdown`); csv and json write the tables'
 columns (:mod:`.data`). Store values are escaped for each format (:mod:`.safe`) and every
-text is masked (:mod:`itwin_report.masking`).
+text is masked (:mod:`itwin_report.util.masking`).
 
 Light package: pandas and rich are imported inside functions, so ``--help`` stays fast.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from itwin_report.render.data import report_to_dict, write_csv, write_json
 from itwin_report.render.layout import evidence_lines, layout, title_line, warmup_line
-from itwin_report.tables import TABLE_NAMES
+from itwin_report.report.specs import TABLE_NAMES
 
 if TYPE_CHECKING:
     from itwin_report.report import Report
@@ -31,6 +31,7 @@ __all__ = [
 ]
 
 FORMATS = ("table", "markdown", "csv", "json")
+COMPARE_FORMATS = ("table", "markdown", "json", "benchmark-json", "benchmark-json-bigger")
 
 
 def render(report: Report, fmt: str, styled: bool = False) -> str:
@@ -46,6 +47,6 @@ def render(report: Report, fmt: str, styled: bool = False) -> str:
         return write_csv(report)
     if fmt == "json":
         return write_json(report)
-    from itwin_report.errors import ReportError
+    from itwin_report.util.errors import ReportError
 
     raise ReportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")

@@ -1,4 +1,4 @@
-"""CSV and JSON: every table's columns (from :mod:`itwin_report.tables`), values unformatted.
+"""CSV and JSON: every table's columns (from :mod:`itwin_report.report.specs`), values unformatted.
 
 Text values are masked; CSV protects text cells that a spreadsheet would run as formulas,
 JSON keeps the raw text.
@@ -10,10 +10,10 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from itwin_report import __version__
-from itwin_report.analysis_text import json_fields, pair_intervals
-from itwin_report.masking import mask_text, mask_uri
-from itwin_report.render.safe import csv_text
-from itwin_report.tables import TABLES, integer, is_missing
+from itwin_report.render.analysis import json_fields, pair_intervals
+from itwin_report.report.specs import TABLES, integer, is_missing
+from itwin_report.util.escape import csv_text
+from itwin_report.util.masking import mask_text, mask_uri
 
 if TYPE_CHECKING:
     from itwin_report.report import Report

@@ -16,16 +16,16 @@ from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING
 
-from itwin_report.masking import mask_text, mask_uri
-from itwin_report.render.layout import plural
-from itwin_report.render.safe import MAX_LINE, shorten, terminal
+from itwin_report.util.escape import MAX_LINE, shorten, terminal
+from itwin_report.util.masking import mask_text, mask_uri
+from itwin_report.util.text import plural
 
 if TYPE_CHECKING:
+    from itwin_report.data.rundata import RunData
     from itwin_report.plots import PlotSet
     from itwin_report.render.layout import Table as TableBlock
     from itwin_report.render.layout import Title as TitleBlock
     from itwin_report.report import Report
-    from itwin_report.schema import RunData
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'"
 # table -> the figures drawn from it, in page order (the first sits beside its table)
@@ -251,7 +251,7 @@ def _warnings_by_table(warnings: list[str]) -> tuple[dict[str, list[str]], list[
 
 def _methods(report: Report, footer: str) -> str:
     from itwin_report.render.summary import methods_paragraphs
-    from itwin_report.tables import TABLES
+    from itwin_report.report.specs import TABLES
 
     parts = [f"<p>{text(p)}</p>" for p in methods_paragraphs(report, footer)]
     parts.append("<h3>Columns</h3>")

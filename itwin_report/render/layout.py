@@ -2,10 +2,10 @@
 
 Every text writer (plain, rich, markdown, html) walks :func:`layout`'s blocks and writes each
 in its own way; none decides what a report contains or in which order. Texts in the blocks are
-masked (:mod:`itwin_report.masking`) and shortened (a value to
-:data:`~itwin_report.render.safe.MAX_SHOWN` characters, a sentence to
-:data:`~itwin_report.render.safe.MAX_LINE`) but not escaped: escaping belongs to each writer
-(:mod:`itwin_report.render.safe`).
+masked (:mod:`itwin_report.util.masking`) and shortened (a value to
+:data:`~itwin_report.util.escape.MAX_SHOWN` characters, a sentence to
+:data:`~itwin_report.util.escape.MAX_LINE`) but not escaped: escaping belongs to each writer
+(:mod:`itwin_report.util.escape`).
 
 Light module: pandas is only touched through the report's frames.
 """
@@ -15,9 +15,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from itwin_report.masking import mask_text, mask_uri
-from itwin_report.render.safe import MAX_LINE, shorten
-from itwin_report.tables import TABLES, TableSpec, is_missing
+from itwin_report.report.specs import TABLES, TableSpec, is_missing
+from itwin_report.util.escape import MAX_LINE, shorten
+from itwin_report.util.masking import mask_text, mask_uri
 
 if TYPE_CHECKING:
     from itwin_report.report import Report
@@ -68,12 +68,6 @@ Block = Title | Table | Notes | Footer
 @dataclass(frozen=True)
 class Layout:
     blocks: list[Block] = field(default_factory=list)
-
-
-def plural(count: float, noun: str, nouns: str | None = None) -> str:
-    """``1 worker``, ``2 workers``, ``0.5 workers`` (``nouns``: an irregular plural)."""
-    shown = str(int(count)) if float(count).is_integer() else f"{count:g}"
-    return f"{shown} {noun if count == 1 else nouns or noun + 's'}"
 
 
 def warmup_line(report: Report) -> str:
@@ -131,7 +125,7 @@ def evidence_lines(report: Report) -> list[str]:
 
 def analysis_blocks(report: Report) -> list[Block]:
     """Intervals, scaling models, predictions and their sentences (see docs/analysis.md)."""
-    from itwin_report.analysis_text import analysis_tables, sentences
+    from itwin_report.render.analysis import analysis_tables, sentences
 
     blocks: list[Block] = [
         Table(name, heading, headers, [[shown(c) for c in row] for row in rows], right, empty)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from itwin_report.render.layout import Block, Footer, Layout, Notes, Table, Title
-from itwin_report.render.safe import markdown, markdown_code
+from itwin_report.util.escape import markdown, markdown_code
 
 
 def write(layout: Layout) -> str:

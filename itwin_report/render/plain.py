@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from itwin_report.render.layout import Block, Footer, Layout, Notes, Table, Title
-from itwin_report.render.safe import terminal
+from itwin_report.util.escape import terminal
 
 
 def write(layout: Layout) -> str:

@@ -7,7 +7,7 @@ import shutil
 from typing import TYPE_CHECKING
 
 from itwin_report.render.layout import Block, Footer, Layout, Notes, Table, Title
-from itwin_report.render.safe import terminal
+from itwin_report.util.escape import terminal
 
 if TYPE_CHECKING:
     from rich.console import Console

@@ -10,7 +10,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from itwin_report.render.layout import VERDICT_WORDS, warmup_line
-from itwin_report.tables import SPECS, base_of
+from itwin_report.report.specs import SPECS, base_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,7 +56,7 @@ def _noise(report: Report, workers: int) -> str | None:
     analysis = getattr(report, "analysis", None)
     if analysis is None or analysis.run_means.empty:
         return None
-    from itwin_report.report.confidence import mean_interval
+    from itwin_report.analysis.intervals import mean_interval
 
     here = analysis.run_means[analysis.run_means["workers"] == workers]
     bounds = {

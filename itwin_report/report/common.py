@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from itwin_report.frames import METRIC_ORDER, join_runs, sort_rows
-from itwin_report.schema import RunData
-from itwin_report.tables import DTYPES
+from itwin_report.data.frames import METRIC_ORDER, join_runs, sort_rows
+from itwin_report.data.rundata import RunData
+from itwin_report.report.specs import DTYPES
 
 CONFIG = ["strategy", "workers"]
 
@@ -68,9 +68,3 @@ def lowest_rank_points(frame: pd.DataFrame) -> pd.DataFrame:
         return frame
     low = frame.groupby("job_id")["rank"].transform("min")
     return frame[frame["rank"] == low]
-
-
-def name_list(names: list[str], limit: int = 5) -> str:
-    """``a; b; c and 4 more``: at most ``limit`` names, then a count."""
-    shown = "; ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pandas as pd
 
-from itwin_report import tables
-from itwin_report.report.common import configurations, finish, label, name_list
-from itwin_report.schema import RunData
+from itwin_report.data.rundata import RunData
+from itwin_report.report import specs as tables
+from itwin_report.report.common import configurations, finish, label
+from itwin_report.util.text import name_list
 
 COLUMNS = tables.COMPUTATION.names
 

@@ -5,19 +5,19 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from itwin_report import tables
+from itwin_report.analysis.intervals import add_intervals
+from itwin_report.data.rundata import EPOCH_TIME, RunData
 from itwin_report.report import baseline as base_rule
+from itwin_report.report import specs as tables
 from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.common import (
     configurations,
     finish,
     label,
     lowest_rank_points,
-    name_list,
     points,
 )
-from itwin_report.report.confidence import add_intervals
-from itwin_report.schema import EPOCH_TIME, RunData
+from itwin_report.util.text import name_list
 
 COLUMNS = tables.EPOCH_TIME.names
 

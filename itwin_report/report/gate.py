@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from itwin_report.errors import NothingMeasured
-from itwin_report.report.common import name_list
+from itwin_report.util.errors import NothingMeasured
+from itwin_report.util.text import name_list
 
 if TYPE_CHECKING:
     from itwin_report.report import Report

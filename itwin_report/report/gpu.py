@@ -11,10 +11,11 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from itwin_report import tables
-from itwin_report.report.common import configurations, finish, label, name_list, points
+from itwin_report.data.rundata import GPU_POWER, GPU_UTIL, RunData
+from itwin_report.report import specs as tables
+from itwin_report.report.common import configurations, finish, label, points
 from itwin_report.report.epoch_time import epoch_points
-from itwin_report.schema import GPU_POWER, GPU_UTIL, RunData
+from itwin_report.util.text import name_list
 
 COLUMNS = tables.GPU.names
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from itwin_report.data.rundata import GLOBAL_RATE, RATE, RunData
 from itwin_report.report.common import label
 from itwin_report.report.rates import steady_rate
-from itwin_report.schema import GLOBAL_RATE, RATE, RunData
 
 SERIES_COLUMNS = {
     "key": "str",

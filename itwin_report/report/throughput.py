@@ -7,10 +7,10 @@ import itertools
 import numpy as np
 import pandas as pd
 
-from itwin_report import tables
-from itwin_report.errors import DataError
-from itwin_report.performance import merge_records
+from itwin_report.data.performance_json import merge_records
+from itwin_report.data.rundata import PERFORMANCE_FIELDS, RATE, TRAIN_LOSS_EPOCH, RunData
 from itwin_report.report import baseline as base_rule
+from itwin_report.report import specs as tables
 from itwin_report.report import verdict
 from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.common import (
@@ -19,12 +19,12 @@ from itwin_report.report.common import (
     finish,
     label,
     lowest_rank_points,
-    name_list,
     points,
 )
 from itwin_report.report.epoch_time import after_warmup, epoch_points
 from itwin_report.report.rates import steady_rate_of
-from itwin_report.schema import PERFORMANCE_FIELDS, RATE, TRAIN_LOSS_EPOCH, RunData
+from itwin_report.util.errors import DataError
+from itwin_report.util.text import name_list
 
 COLUMNS = tables.THROUGHPUT.names
 SOURCE_NAMES = {"performance": "performance.json", "rates": "rate metrics", "epochs": "epoch time"}

@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from itwin_report.errors import ReportError
 from itwin_report.store.uri import (
     DEFAULT_TRACKING_URI,
     FILE,
@@ -28,9 +27,10 @@ from itwin_report.store.uri import (
     store_kind,
     store_paths,
 )
+from itwin_report.util.errors import ReportError
 
 if TYPE_CHECKING:
-    from itwin_report.schema import RunData
+    from itwin_report.data.rundata import RunData
 
 __all__ = [
     "DEFAULT_TRACKING_URI",
@@ -118,8 +118,8 @@ def load_experiment(
     ``strategy_param`` and ``workers_param`` name the params that define a configuration
     (itwinai's ``strategy`` and ``global_world_size`` by default).
 
-    Raises :class:`~itwin_report.errors.StoreError` for a missing or unreadable store or an
-    unknown experiment, :class:`~itwin_report.errors.ReportError` for run names that match
+    Raises :class:`~itwin_report.util.errors.StoreError` for a missing or unreadable store or an
+    unknown experiment, :class:`~itwin_report.util.errors.ReportError` for run names that match
     nothing. Skipped runs and malformed data are reported in ``RunData.warnings``.
     """
     reader = _open_reader(tracking_uri)
@@ -146,11 +146,11 @@ def _load(
     show_progress: bool,
     renamed: Mapping[str, str] | None = None,
 ) -> RunData:
-    from itwin_report.progress import progress
-    from itwin_report.schema import METRIC_KEYS, RunData
+    from itwin_report.data.rundata import METRIC_KEYS, RunData
     from itwin_report.store.artifacts import read_artifacts
     from itwin_report.store.metrics import tidy_metrics
     from itwin_report.store.tree import WORKER_PARAMS, choose_experiment, select_workers
+    from itwin_report.util.progress import progress
 
     names_in_store = {p: (renamed or {}).get(p, p) for p in WORKER_PARAMS}
     experiments = reader.experiments()
@@ -180,7 +180,7 @@ def _load(
         data.metrics, more = tidy_metrics(metrics, workers)
         data.warnings.extend(more)
     # the single place where the loaded data is validated
-    from itwin_report.validate import validate
+    from itwin_report.data.validate import validate
 
     return validate(data)
 

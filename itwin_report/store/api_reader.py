@@ -23,12 +23,12 @@ from typing import Any
 
 import pandas as pd
 
-from itwin_report.errors import StoreError
-from itwin_report.masking import mask_text
-from itwin_report.progress import Advance
-from itwin_report.schema import METRIC_KEYS
+from itwin_report.data.rundata import METRIC_KEYS
 from itwin_report.store import mlflow_api
 from itwin_report.store.uri import HTTP, mask_uri, store_kind
+from itwin_report.util.errors import StoreError
+from itwin_report.util.masking import mask_text
+from itwin_report.util.progress import Advance
 
 BULK_PATH = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
 PROBE_PATH = "/api/2.0/mlflow/experiments/search"

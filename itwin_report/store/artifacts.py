@@ -22,18 +22,18 @@ from typing import Any
 
 import pandas as pd
 
-from itwin_report.errors import DataError, ReportError
-from itwin_report.masking import mask_text
-from itwin_report.performance import NUMERIC, check_record, parse_json, record_count
-from itwin_report.progress import progress
-from itwin_report.schema import (
+from itwin_report.data.performance_json import NUMERIC, check_record, parse_json, record_count
+from itwin_report.data.rundata import (
     PERFORMANCE_ARTIFACT,
     PERFORMANCE_COLUMNS,
     PROFILE_ARTIFACT,
     PROFILE_COLUMNS,
 )
+from itwin_report.data.validate import named
 from itwin_report.store.uri import local_artifact_dir
-from itwin_report.validate import named
+from itwin_report.util.errors import DataError, ReportError
+from itwin_report.util.masking import mask_text
+from itwin_report.util.progress import progress
 
 Remote = Callable[[str, str], bytes | None]  # (artifact_uri, relative path) -> bytes or None
 THREADS = 8

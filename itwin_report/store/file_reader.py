@@ -20,11 +20,11 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from itwin_report.errors import StoreError
-from itwin_report.progress import Advance
-from itwin_report.schema import METRIC_KEYS
+from itwin_report.data.rundata import METRIC_KEYS
 from itwin_report.store.tree import PARENT_TAG, listed_names
 from itwin_report.store.uri import require_file_store
+from itwin_report.util.errors import StoreError
+from itwin_report.util.progress import Advance
 
 # RunStatus values as the file store persists them
 _STATUS = {1: "RUNNING", 2: "SCHEDULED", 3: "FINISHED", 4: "FAILED", 5: "KILLED"}

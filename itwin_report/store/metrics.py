@@ -1,7 +1,7 @@
 """The loader's tidy step for metric points: system metrics mapped, sorted.
 
 Points out of range and repeated (run, key, step) points are dropped where the loaded data is
-validated (:mod:`itwin_report.validate`), in that order, so that an invalid repetition never
+validated (:mod:`itwin_report.data.validate`), in that order, so that an invalid repetition never
 hides a valid point.
 
 MLflow's own system metrics (``mlflow.enable_system_metrics_logging()``) log
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from itwin_report.schema import GPU_POWER, GPU_UTIL, METRIC_COLUMNS, METRIC_KEYS, conform
+from itwin_report.data.rundata import GPU_POWER, GPU_UTIL, METRIC_COLUMNS, METRIC_KEYS, conform
 
 SYSTEM_KEYS = {"power_usage_watts": GPU_POWER, "utilization_percentage": GPU_UTIL}
 _SYSTEM_PATTERN = r"^system/gpu_(\d+)_(power_usage_watts|utilization_percentage)$"

@@ -23,10 +23,10 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from itwin_report.errors import StoreError
-from itwin_report.masking import mask_text
 from itwin_report.store.tree import PARENT_TAG
 from itwin_report.store.uri import FILE, store_kind
+from itwin_report.util.errors import StoreError
+from itwin_report.util.masking import mask_text
 
 # MLflow and alembic announce database creation and migrations at INFO on stderr, and MLflow
 # warns on stderr before it raises (a Databricks profile it cannot read, each retry of a refused

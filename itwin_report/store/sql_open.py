@@ -21,9 +21,9 @@ from urllib.request import pathname2url
 
 import pandas as pd
 
-from itwin_report.errors import StoreError
 from itwin_report.store.sql_reader import Query, SqlReader, first_line
 from itwin_report.store.uri import SQLITE, mask_uri, require_sqlite_file, store_kind
+from itwin_report.util.errors import StoreError
 
 NEEDED_COLUMNS: dict[str, tuple[str, ...]] = {
     "experiments": ("experiment_id", "name", "lifecycle_stage"),

@@ -13,14 +13,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from itwin_report.errors import StoreError
-from itwin_report.masking import mask_text
-from itwin_report.progress import Advance
-from itwin_report.schema import METRIC_KEYS
+from itwin_report.data.rundata import METRIC_KEYS
+from itwin_report.data.validate import POINT_INTEGER, POINT_INTEGER_TEXT, named
 from itwin_report.store.columnar import fetch_numeric
 from itwin_report.store.tree import PARENT_TAG
 from itwin_report.store.uri import mask_uri
-from itwin_report.validate import POINT_INTEGER, POINT_INTEGER_TEXT, named
+from itwin_report.util.errors import StoreError
+from itwin_report.util.masking import mask_text
+from itwin_report.util.progress import Advance
 
 Query = Callable[[str, dict[str, Any]], pd.DataFrame]
 
@@ -288,7 +288,7 @@ class SqlReader:
         """``frame`` without the rows flagged in ``bad``, with one warning naming their runs.
 
         Steps and timestamps arrive as floats here: those beyond
-        :data:`~itwin_report.validate.POINT_INTEGER` are no exact integer, and are left out
+        :data:`~itwin_report.data.validate.POINT_INTEGER` are no exact integer, and are left out
         too (with a warning of their own) before the columns become integers.
         """
         bad = np.asarray(bad, dtype=bool)

@@ -17,9 +17,16 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from itwin_report.errors import ReportError
-from itwin_report.schema import RUN_COLUMNS, WORKER_PARAMS
-from itwin_report.validate import RANK, STRATEGY, WORLD_SIZE, check_worker_params, grouped, named
+from itwin_report.data.rundata import RUN_COLUMNS, WORKER_PARAMS
+from itwin_report.data.validate import (
+    RANK,
+    STRATEGY,
+    WORLD_SIZE,
+    check_worker_params,
+    grouped,
+    named,
+)
+from itwin_report.util.errors import ReportError
 
 PARENT_TAG = "mlflow.parentRunId"
 RAW_RUN_COLUMNS: tuple[str, ...] = (
@@ -213,7 +220,7 @@ def choose_experiment(experiments: Sequence[tuple[object, str, int]], name: str 
     Without a name, the one experiment that has runs is used (MLflow's empty "Default"
     experiment does not count); several or none is an error listing the names.
     """
-    from itwin_report.errors import StoreError
+    from itwin_report.util.errors import StoreError
 
     names = [n for _, n, _ in experiments]
     if name is not None:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
-from itwin_report.errors import StoreError
-from itwin_report.masking import mask_uri
+from itwin_report.util.errors import StoreError
+from itwin_report.util.masking import mask_uri
 
 DEFAULT_TRACKING_URI = "sqlite:///mllogs/mlflow.db"
 TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"

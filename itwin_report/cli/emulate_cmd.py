@@ -6,9 +6,9 @@ import click
 
 from itwin_report.emulator.options import DEFAULT_EXPERIMENT, EmulationOptions, OptionError
 from itwin_report.emulator.params import PRESETS, STRATEGIES
-from itwin_report.masking import mask_text, mask_uri
-from itwin_report.render.layout import plural
 from itwin_report.store import DEFAULT_TRACKING_URI, resolve_tracking_uri
+from itwin_report.util.masking import mask_text, mask_uri
+from itwin_report.util.text import plural
 
 
 def _split(text: str, what: str) -> tuple[str, ...]:
@@ -57,11 +57,11 @@ def _check_truth_path(truth_path: str, uri: str, root: str | None, experiment: s
     artifact folders (those of its experiments and the one this emulation writes into)."""
     from pathlib import Path
 
-    from itwin_report.command_group import Failure
+    from itwin_report.cli.group import Failure
     from itwin_report.emulator.mlflow_writer import artifact_location
-    from itwin_report.errors import EXIT_USAGE
     from itwin_report.store import check_outputs
     from itwin_report.store.uri import local_artifact_dir
+    from itwin_report.util.errors import EXIT_USAGE
 
     location = artifact_location(uri, experiment, root)
     local = local_artifact_dir(location) if location else None
@@ -246,7 +246,7 @@ def emulate_command(
     The performance model's parameters (list them with --list-params) start from --preset and
     are changed one by one with --set NAME=VALUE.
     """
-    from itwin_report.atomic import write_stdout
+    from itwin_report.util.atomic import write_stdout
 
     if list_params:
         write_stdout(params_listing(preset))

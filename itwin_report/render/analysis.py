@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from itwin_report.masking import mask_text
+from itwin_report.util.masking import mask_text
 
 if TYPE_CHECKING:
     import pandas as pd

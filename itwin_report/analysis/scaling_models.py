@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from itwin_report.report.confidence import t_quantile
+from itwin_report.analysis.intervals import t_quantile
 
 MODELS = ("amdahl", "usl")
 MIN_POINTS = {"amdahl": 3, "usl": 4}

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from itwin_report.frames import last_of_each, sort_rows
-from itwin_report.schema import (
+from itwin_report.data.frames import last_of_each, sort_rows
+from itwin_report.data.rundata import (
     EPOCH_TIME,
     GLOBAL_RATE,
     GPU_POWER,

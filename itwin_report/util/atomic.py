@@ -1,7 +1,8 @@
 """Files appear whole or not at all: written to a temporary sibling, then renamed.
 
-An error or an interruption (Ctrl-C, SIGTERM turned into :class:`~itwin_report.errors.Interrupted`)
-removes the temporary file, so no partial output or ``.tmp`` file is ever left behind.
+An error or an interruption (Ctrl-C, SIGTERM turned into
+:class:`~itwin_report.util.errors.Interrupted`) removes the temporary file, so no partial
+output or ``.tmp`` file is ever left behind.
 The outputs of one run are published as a set (:func:`output_set`): every file is complete
 before the first is moved into place.
 
@@ -136,7 +137,7 @@ def write_stdout(text: str) -> None:
     of one line, and stdout is pointed at ``/dev/null`` so the exit flush cannot fail again."""
     import sys
 
-    from itwin_report.errors import ReportError
+    from itwin_report.util.errors import ReportError
 
     try:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")

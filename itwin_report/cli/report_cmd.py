@@ -1,57 +1,17 @@
-"""Command line: option parsing around the library (errors become exit codes in ``command_group``).
-
-Only click and light modules are imported here, so ``itwin-report --help`` stays fast; the
-commands import the loader, the report and the plots when they run.
-"""
+"""``generate-scalability-report``: options, then load -> build -> publish -> gate."""
 
 from __future__ import annotations
 
-import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
-from itwin_report import __version__
-from itwin_report.command_group import Failure, ReportGroup
-from itwin_report.compare_command import compare_command
-from itwin_report.emulator.command import emulate_command
-from itwin_report.errors import (
-    EXIT_USAGE,
-    GateFailed,
-    ReportError,
-)
-from itwin_report.masking import mask_text
-from itwin_report.options import Efficiency, tracking_uri_option, warmup_option
+from itwin_report.cli.group import Failure
+from itwin_report.cli.options import Efficiency, output_option, tracking_uri_option, warmup_option
+from itwin_report.cli.output import check_writable, html_page, make_plots, publish, styled
 from itwin_report.render import FORMATS
-
-MAIN_HELP = """Scalability reports for distributed deep-learning runs logged to MLflow.
-
-\b
-Try it with emulated data:
-  itwin-report emulate
-  itwin-report generate-scalability-report --experiment-name emulated-cluster
-"""
-
-
-def _main_help() -> str:
-    """The group's help: the text above, then every exit code from :mod:`itwin_report.errors`."""
-    from itwin_report.errors import EXIT_CODES
-
-    codes = "\n".join(f"  {code:<4} {meaning}" for code, meaning in EXIT_CODES.items())
-    return f"{MAIN_HELP}\n\b\nExit codes:\n{codes}\n"
-
-
-@click.group(
-    cls=ReportGroup,
-    help=_main_help(),
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
-@click.version_option(__version__, prog_name="itwin-report")
-def main() -> None:
-    """Scalability reports for distributed deep-learning runs logged to MLflow."""
+from itwin_report.util.errors import EXIT_USAGE, GateFailed
 
 
 def _split_names(values: Sequence[str]) -> list[str]:
@@ -75,7 +35,7 @@ def _parse_rate_config(value: str | None) -> tuple[str, int] | None:
 def _parse_workers(value: str | None) -> list[int]:
     """``64,128`` -> ``[64, 128]``; BadParameter for anything but worker counts the loader
     accepts (ASCII digits, 1 to its maximum worker count)."""
-    from itwin_report.validate import MAX_WORKERS
+    from itwin_report.data.validate import MAX_WORKERS
 
     if not value:
         return []
@@ -96,14 +56,7 @@ def _finite(value: float | None, param: click.Parameter) -> float | None:
     return value
 
 
-def _styled(fmt: str, output: Path | None) -> bool:
-    """Rich styling only for a table on a terminal, and never with NO_COLOR set."""
-    return (
-        fmt == "table" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    )
-
-
-@main.command("generate-scalability-report")
+@click.command("generate-scalability-report")
 @click.option(
     "--experiment-name",
     "-e",
@@ -126,12 +79,7 @@ def _styled(fmt: str, output: Path | None) -> bool:
     show_default=True,
     help="Output format (html: one self-contained page with inline plots).",
 )
-@click.option(
-    "--output",
-    "-o",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the report to FILE instead of stdout.",
-)
+@output_option("Write the report to FILE instead of stdout.")
 @click.option(
     "--html",
     "html_path",
@@ -292,7 +240,7 @@ def generate_scalability_report(
     conflict = store.check_outputs(uri, outputs)
     if conflict:
         raise Failure(conflict, EXIT_USAGE)
-    _check_writable(outputs)
+    check_writable(outputs)
     data = store.load_experiment(
         uri,
         experiment_name,
@@ -315,141 +263,11 @@ def generate_scalability_report(
     )
     require_measurements(report)
     want_page = fmt == "html" or html_path is not None
-    plots = _plots(report) if want_page or not no_plots else None
-    page = _html_page(report, data, plots) if want_page else ""
-    text = page if fmt == "html" else render(report, fmt, styled=_styled(fmt, output))
-    _publish(
+    plots = make_plots(report) if want_page or not no_plots else None
+    page = html_page(report, data, plots) if want_page else ""
+    text = page if fmt == "html" else render(report, fmt, styled=styled(fmt, output))
+    publish(
         text, output, page, html_path, None if no_plots else plots, plot_dir, plot_format, quiet
     )
     if report.gate is not None and not report.gate.passed:
         raise GateFailed(report.gate.line)
-
-
-def _check_writable(outputs: dict[str, Path | None]) -> None:
-    """Refuse, before the store is read, an output whose folder is missing or read-only."""
-    for option, path in outputs.items():
-        if path is None:
-            continue
-        folder = path if option == "--plot-dir" else path.parent
-        while option == "--plot-dir" and not folder.exists() and folder != folder.parent:
-            folder = folder.parent  # a missing plot folder is created: check its nearest parent
-        folder = folder if str(folder) else Path(".")
-        if not folder.is_dir():
-            raise ReportError(f"cannot write {option} {path}: folder {folder} does not exist")
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise ReportError(f"cannot write {option} {path}: folder {folder} is not writable")
-
-
-def _emit(text: str, output: Path | None) -> None:
-    """Print ``text`` or write it to ``output`` (whole or not at all)."""
-    from itwin_report import atomic
-
-    if output is None:
-        atomic.write_stdout(text)
-        return
-    try:
-        atomic.write_text(output, text)
-    except OSError as exc:
-        raise ReportError(f"cannot write {output}: {exc.strerror or exc}") from None
-
-
-def _plots(report: Any) -> Any:
-    """The report's figures, built once for the page and the plot files."""
-    from itwin_report.plots import plot_report
-
-    return plot_report(report)
-
-
-def _html_page(report: Any, data: Any, plots: Any) -> str:
-    from itwin_report.render.html import page_context, page_plots, page_time, render_html
-
-    context = page_context(data, __version__, page_time(os.environ))
-    return render_html(report, context, page_plots(plots))
-
-
-def _publish(
-    text: str,
-    output: Path | None,
-    page: str,
-    html_path: Path | None,
-    plots: Any,
-    plot_dir: Path,
-    plot_format: str,
-    quiet: bool,
-) -> None:
-    """The report's files as one set: each written beside its target and moved into place only
-    when all are complete, with the plots of an earlier report that this one does not draw
-    removed; then the report on stdout (without ``--output``) and the plots line on stderr."""
-    from itwin_report import atomic
-
-    with atomic.output_set() as outputs:
-        for path, content in ((output, text), (html_path, page)):
-            if path is not None:
-                try:
-                    outputs.text(path, content)
-                except OSError as exc:
-                    raise ReportError(f"cannot write {path}: {exc.strerror or exc}") from None
-        paths = [] if plots is None else _save_plots(outputs, plots, plot_dir, plot_format)
-        outputs.commit()
-    if output is None:
-        atomic.write_stdout(text)
-    if plots is not None and not quiet:
-        missing = "; ".join(f"{name}: {why}" for name, why in plots.missing.items())
-        tail = f"; not drawn: {missing}" if missing else ""
-        count = "1 plot" if len(paths) == 1 else f"{len(paths)} plots"
-        line = f"Wrote {count} to {plot_dir}/ ({plot_format}){tail}"
-        click.echo(mask_text(line), err=True)
-
-
-def _save_plots(outputs: Any, plots: Any, plot_dir: Path, plot_format: str) -> list[Path]:
-    """Draw the plots into a staging folder inside ``plot_dir``; stage them, and the removal
-    of the plots of an earlier report (fixed names only) that this report does not draw."""
-    from itwin_report.plots import save_figures, stale_plots
-
-    try:
-        staging = outputs.folder(plot_dir)
-        paths = outputs.files(save_figures(plots.figures, staging, plot_format), plot_dir)
-    except OSError as exc:
-        raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
-    outputs.remove(stale_plots(plot_dir, list(plots.figures), plot_format))
-    return paths
-
-
-@main.command("merge-performance")
-@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--output",
-    "-o",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the merged record to FILE (default: stdout); never one of FILES nor a file of "
-    "the tracking store ($MLFLOW_TRACKING_URI, else sqlite:///mllogs/mlflow.db).",
-)
-def merge_performance(files: tuple[Path, ...], output: Path | None) -> None:
-    """Merge several workers' performance.json records into one.
-
-    The result does not depend on the order of FILES: samples add up,
-    total_time is the longest worker's (the job's wall time), compile_time
-    and programming_time take the maximum, est_samples_per_sec must agree
-    (an error names the files otherwise), samples_per_sec is recomputed as
-    samples / total_time and the per-worker summaries are sorted. Nothing is
-    written when any input is missing or malformed.
-
-    \b
-    Example:
-      itwin-report merge-performance w0/performance.json w1/performance.json -o performance.json
-    """
-    from itwin_report import store
-    from itwin_report.performance import merge_files, to_json
-
-    uri = store.resolve_tracking_uri(None)
-    conflict = store.check_outputs(uri, {"--output": output}, inputs=list(files))
-    if conflict:
-        raise Failure(conflict, EXIT_USAGE)
-    _emit(to_json(merge_files(list(files))), output)
-
-
-main.add_command(emulate_command)
-main.add_command(compare_command)
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,7 @@
 
 Every message is masked and kept to one line; usage errors exit 2, a signal unwinds the stack
 (130 for SIGINT, 143 for SIGTERM) so no temporary file is left; a SIGINT before the command
-runs ends the process at once (:mod:`itwin_report.interrupt`). Light module: click only.
+runs ends the process at once (:mod:`itwin_report.util.interrupt`). Light module: click only.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from typing import Any
 
 import click
 
-from itwin_report.errors import EXIT_ERROR, EXIT_SIGINT, Interrupted, ReportError
-from itwin_report.interrupt import sigint_exits_at_once, sigint_unwinds
-from itwin_report.masking import mask_text
+from itwin_report.util.errors import EXIT_ERROR, EXIT_SIGINT, Interrupted, ReportError
+from itwin_report.util.interrupt import sigint_exits_at_once, sigint_unwinds
+from itwin_report.util.masking import mask_text
 
 DEBUG_ENV = "ITWIN_REPORT_DEBUG"
 

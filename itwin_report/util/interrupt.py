@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from itwin_report.errors import EXIT_SIGINT
+from itwin_report.util.errors import EXIT_SIGINT
 
 MESSAGE = b"Error: interrupted by SIGINT\n"
 

@@ -34,7 +34,7 @@ Columns ``run_id`` plus :data:`PERFORMANCE_FIELDS` and ``records`` (how many wor
 records the file already merges: 1 for a single worker's file).
 
 Columns in :data:`OPTIONAL_COLUMNS` may be absent from a frame handed to :class:`RunData`; they
-are then filled with their default. Valid ranges are enforced by ``itwin_report.validate``.
+are then filled with their default. Valid ranges are enforced by ``itwin_report.data.validate``.
 """
 
 from __future__ import annotations

@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING
 
 import click
 
-from itwin_report.errors import EXIT_USAGE, ReportError
-from itwin_report.options import Threshold, tracking_uri_option, warmup_option
+from itwin_report.cli.options import Threshold, output_option, tracking_uri_option, warmup_option
+from itwin_report.render import COMPARE_FORMATS
+from itwin_report.util.errors import EXIT_USAGE, ReportError
 
 if TYPE_CHECKING:
     from itwin_report.analysis.comparison import Side
-
-COMPARE_FORMATS = ("table", "markdown", "json", "benchmark-json", "benchmark-json-bigger")
 
 
 def _is_file(source: str) -> bool:
@@ -28,7 +27,8 @@ def _is_file(source: str) -> bool:
 def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool) -> Side:
     """A saved JSON report when ``source`` is a file, else an experiment of the store."""
     from itwin_report import store
-    from itwin_report.analysis.comparison import load_side_file, side_from_report
+    from itwin_report.analysis.comparison import load_side_file
+    from itwin_report.render.comparison import side_from_report
     from itwin_report.report import build_report
 
     path = Path(source)
@@ -73,12 +73,9 @@ def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool
     help="Output format; benchmark-json (smaller is better: epoch time, energy) and "
     "benchmark-json-bigger (efficiency, throughput) are github-action-benchmark's custom tools.",
 )
-@click.option(
-    "--output",
-    "-o",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Write the comparison to FILE instead of stdout (never a side, nor a file or "
-    "artifact folder of the tracking store).",
+@output_option(
+    "Write the comparison to FILE instead of stdout (never a side, nor a file or "
+    "artifact folder of the tracking store)."
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
 def compare_command(
@@ -114,9 +111,10 @@ def compare_command(
       itwin-report compare base.json smaller.json --allow-missing
     """
     from itwin_report import store
-    from itwin_report.analysis.comparison import compare_sides, gate_error, render_comparison
-    from itwin_report.cli import _emit
-    from itwin_report.command_group import Failure
+    from itwin_report.analysis.comparison import compare_sides, gate_error
+    from itwin_report.cli.group import Failure
+    from itwin_report.cli.output import emit
+    from itwin_report.render.comparison import render_comparison
 
     uri = store.resolve_tracking_uri(tracking_uri)
     files = [Path(s) for s in (baseline, current) if _is_file(s)]
@@ -126,7 +124,7 @@ def compare_command(
     base = _side(baseline, tracking_uri, warmup_epochs, quiet)
     cur = _side(current, tracking_uri, warmup_epochs, quiet)
     result = compare_sides(base, cur, max_regression, allow_missing)
-    _emit(render_comparison(result, fmt), output)
+    emit(render_comparison(result, fmt), output)
     failure = gate_error(result)
     if failure is not None:
         raise failure

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from itwin_report.masking import mask_text
+from itwin_report.util.masking import mask_text
 
 Advance = Callable[[int], None]
 

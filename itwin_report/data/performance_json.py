@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from itwin_report.errors import DataError
-from itwin_report.schema import PERFORMANCE_FIELDS
+from itwin_report.data.rundata import PERFORMANCE_FIELDS
+from itwin_report.util.errors import DataError
 
 REQUIRED = ("total_samples", "total_time")
 NUMERIC = tuple(f for f in PERFORMANCE_FIELDS if f != "suspected_input_bottleneck")

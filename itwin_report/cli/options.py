@@ -19,6 +19,15 @@ def tracking_uri_option(help_text: str = STORE_HELP) -> Callable[[Any], Any]:
     return click.option("--tracking-uri", metavar="URI", help=help_text)
 
 
+def output_option(help_text: str) -> Callable[[Any], Any]:
+    """``--output/-o FILE``: where the command's text goes instead of stdout."""
+    from pathlib import Path
+
+    return click.option(
+        "--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help=help_text
+    )
+
+
 def warmup_option(help_text: str) -> Callable[[Any], Any]:
     """``--warmup-epochs N`` (default 1): epochs left out of every run's epoch times."""
     return click.option(

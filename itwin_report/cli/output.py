@@ -1,0 +1,112 @@
+"""Where a command's results go: stdout or files, written whole, as one set; the terminal
+decides styling, never content."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from itwin_report import __version__
+from itwin_report.util.errors import ReportError
+from itwin_report.util.masking import mask_text
+
+
+def styled(fmt: str, output: Path | None) -> bool:
+    """Rich styling only for a table on a terminal, and never with NO_COLOR set."""
+    return (
+        fmt == "table" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
+    )
+
+
+def check_writable(outputs: dict[str, Path | None]) -> None:
+    """Refuse, before the store is read, an output whose folder is missing or read-only."""
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        folder = path if option == "--plot-dir" else path.parent
+        while option == "--plot-dir" and not folder.exists() and folder != folder.parent:
+            folder = folder.parent  # a missing plot folder is created: check its nearest parent
+        folder = folder if str(folder) else Path(".")
+        if not folder.is_dir():
+            raise ReportError(f"cannot write {option} {path}: folder {folder} does not exist")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ReportError(f"cannot write {option} {path}: folder {folder} is not writable")
+
+
+def emit(text: str, output: Path | None) -> None:
+    """Print ``text`` or write it to ``output`` (whole or not at all)."""
+    from itwin_report.util import atomic
+
+    if output is None:
+        atomic.write_stdout(text)
+        return
+    try:
+        atomic.write_text(output, text)
+    except OSError as exc:
+        raise ReportError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+def make_plots(report: Any) -> Any:
+    """The report's figures, built once for the page and the plot files."""
+    from itwin_report.plots import plot_report
+
+    return plot_report(report)
+
+
+def html_page(report: Any, data: Any, plots: Any) -> str:
+    from itwin_report.render.html import page_context, page_plots, page_time, render_html
+
+    context = page_context(data, __version__, page_time(os.environ))
+    return render_html(report, context, page_plots(plots))
+
+
+def publish(
+    text: str,
+    output: Path | None,
+    page: str,
+    html_path: Path | None,
+    plots: Any,
+    plot_dir: Path,
+    plot_format: str,
+    quiet: bool,
+) -> None:
+    """The report's files as one set: each written beside its target and moved into place only
+    when all are complete, with the plots of an earlier report that this one does not draw
+    removed; then the report on stdout (without ``--output``) and the plots line on stderr."""
+    from itwin_report.util import atomic
+
+    with atomic.output_set() as outputs:
+        for path, content in ((output, text), (html_path, page)):
+            if path is not None:
+                try:
+                    outputs.text(path, content)
+                except OSError as exc:
+                    raise ReportError(f"cannot write {path}: {exc.strerror or exc}") from None
+        paths = [] if plots is None else save_plots(outputs, plots, plot_dir, plot_format)
+        outputs.commit()
+    if output is None:
+        atomic.write_stdout(text)
+    if plots is not None and not quiet:
+        missing = "; ".join(f"{name}: {why}" for name, why in plots.missing.items())
+        tail = f"; not drawn: {missing}" if missing else ""
+        count = "1 plot" if len(paths) == 1 else f"{len(paths)} plots"
+        line = f"Wrote {count} to {plot_dir}/ ({plot_format}){tail}"
+        click.echo(mask_text(line), err=True)
+
+
+def save_plots(outputs: Any, plots: Any, plot_dir: Path, plot_format: str) -> list[Path]:
+    """Draw the plots into a staging folder inside ``plot_dir``; stage them, and the removal
+    of the plots of an earlier report (fixed names only) that this report does not draw."""
+    from itwin_report.plots import save_figures, stale_plots
+
+    try:
+        staging = outputs.folder(plot_dir)
+        paths = outputs.files(save_figures(plots.figures, staging, plot_format), plot_dir)
+    except OSError as exc:
+        raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
+    outputs.remove(stale_plots(plot_dir, list(plots.figures), plot_format))
+    return paths

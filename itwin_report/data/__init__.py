@@ -1,0 +1,2 @@
+"""The data contract between loader and report: RunData, validation at the edge, frames,
+performance.json records."""

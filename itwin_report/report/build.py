@@ -1,0 +1,212 @@
+"""Building a report: pure aggregation of a :class:`RunData` into the report's tables."""
+
+from __future__ import annotations
+
+from math import nan
+
+import pandas as pd
+
+from itwin_report.analysis.intervals import fastest_lines
+from itwin_report.analysis.scaling_mode import MODES, decide, weak_efficiency
+from itwin_report.analysis.scaling_models import (
+    Ceiling,
+    describe,
+    fit_all,
+    karp_flatt_table,
+    models_table,
+    predict,
+)
+from itwin_report.data.rundata import RunData
+from itwin_report.report.baseline import AUTO, BASELINES, Baseline
+from itwin_report.report.common import normalized
+from itwin_report.report.computation import computation_table
+from itwin_report.report.epoch_time import epoch_time_table, run_means_table
+from itwin_report.report.gate import evaluate
+from itwin_report.report.gpu import gpu_table
+from itwin_report.report.model import Analysis, Report
+from itwin_report.report.series import rate_series
+from itwin_report.report.throughput import SOURCE_NAMES, throughput_table
+from itwin_report.util.errors import ReportError
+from itwin_report.util.text import name_list
+
+__all__ = ["below_efficiency", "build_report"]
+
+
+def build_report(
+    data: RunData,
+    warmup_epochs: int = 1,
+    rate_config: tuple[str, int] | None = None,
+    throughput_source: str = "auto",
+    baseline: str = AUTO,
+    samples_per_epoch: float | None = None,
+    scaling: str = "auto",
+    predict_workers: list[int] | None = None,
+    gate: tuple[float, str] | None = None,
+) -> Report:
+    """Aggregate ``data`` into a :class:`Report`; raises ``ReportError`` on bad options.
+
+    ``baseline``: ``auto`` (the single-GPU run when there is one, else per strategy),
+    ``single-gpu`` or ``per-strategy``. ``samples_per_epoch`` states the samples per epoch of
+    every run for the epoch-time throughput.
+    """
+    if warmup_epochs < 0:
+        raise ReportError(f"warm-up epochs must be >= 0, got {warmup_epochs}")
+    if throughput_source != "auto" and throughput_source not in SOURCE_NAMES:
+        choices = ", ".join(["auto", *SOURCE_NAMES])
+        raise ReportError(f"unknown throughput source {throughput_source!r}; use one of {choices}")
+    if baseline not in BASELINES:
+        raise ReportError(f"unknown baseline {baseline!r}; use one of {', '.join(BASELINES)}")
+    if samples_per_epoch is not None and not (0 < samples_per_epoch < float("inf")):
+        raise ReportError(f"samples per epoch must be > 0 and finite, got {samples_per_epoch}")
+    if scaling not in MODES:
+        raise ReportError(f"unknown scaling {scaling!r}; use one of {', '.join(MODES)}")
+    if predict_workers and min(predict_workers) < 1:
+        raise ReportError("worker counts to predict must be >= 1")
+    data = normalized(data)
+    epoch, w_epoch, used = epoch_time_table(data, warmup_epochs, baseline)
+    runs = run_means_table(data, warmup_epochs)
+    mode, note = decide(data.runs, scaling)
+    if mode == "weak":
+        epoch = weak_efficiency(epoch, data.runs)
+    gpu, w_gpu = gpu_table(data)
+    comp, w_comp, no_gpu = computation_table(data)
+    thr, w_thr, thr_used = throughput_table(
+        data, gpu, comp, warmup_epochs, throughput_source, baseline, samples_per_epoch, used
+    )
+    analysis = analyse(epoch, thr, runs, mode, note, predict_workers or [], _samples(data))
+    analysis.efficiency_note = efficiency_gap(epoch, thr)
+    series, config, w_series = rate_series(data, rate_config)
+    notes = _baseline_notes(used, thr_used, not thr.empty)
+    report = Report(
+        experiment=data.experiment,
+        tracking_uri=data.tracking_uri,
+        warmup_epochs=warmup_epochs,
+        epoch_time=epoch,
+        gpu=gpu,
+        computation=comp,
+        throughput=thr,
+        rate_series=series,
+        rate_config=config,
+        warnings=[*notes, *data.warnings, *w_epoch, *w_gpu, *w_comp, *w_thr, *w_series],
+        baseline=used.to_dict(),
+        reasons={} if no_gpu is None else {"computation": no_gpu},
+        analysis=analysis,
+        data=data,
+    )
+    if gate is not None:
+        report.gate = evaluate(report, *gate)
+    return report
+
+
+def _samples(data: RunData) -> dict[str, float]:
+    """Per strategy: its runs' samples per epoch, when every run that logged it agrees."""
+    jobs = data.runs.drop_duplicates("job_id").dropna(subset=["samples_per_epoch"])
+    out = {}
+    for strategy, group in jobs.groupby("strategy"):
+        values = group["samples_per_epoch"].to_numpy(dtype=float)
+        if len(values) and values.max() - values.min() <= 0.01 * values.mean():
+            out[str(strategy)] = float(values.mean())
+    return out
+
+
+def efficiency_gap(epoch: pd.DataFrame, throughput: pd.DataFrame) -> str:
+    """One sentence naming the configurations whose end-to-end throughput efficiency lies
+    outside the 95 % interval of their epoch-time efficiency (empty when none does)."""
+    if epoch.empty or throughput.empty:
+        return ""
+    both = epoch.merge(throughput, on=["strategy", "workers"], suffixes=("", "_thr"))
+    gaps = [
+        f"{r['strategy']}-{int(r['workers'])} ({100 * r['efficiency']:.1f} % vs "
+        f"{100 * r['efficiency_thr']:.1f} %)"
+        for r in both.to_dict("records")
+        if r["efficiency_ci_low"] == r["efficiency_ci_low"]
+        and not r["efficiency_ci_low"] <= r["efficiency_thr"] <= r["efficiency_ci_high"]
+    ]
+    if not gaps:
+        return ""
+    return (
+        "Epoch-time and end-to-end throughput efficiency differ beyond the 95 % interval for "
+        f"{name_list(gaps)}: throughput is measured over the whole run, so it also pays for "
+        "set-up, validation and checkpoints, which epoch times after warm-up leave out."
+    )
+
+
+def input_ceilings(
+    epoch: pd.DataFrame, throughput: pd.DataFrame, samples: dict[str, float] | None = None
+) -> dict[str, Ceiling]:
+    """Per strategy with an input-bound configuration: from its smallest input-bound worker
+    count on, the epoch time cannot drop below the fastest measured there. The ceiling's rate
+    is samples per epoch / that time (NaN when the samples per epoch are unknown)."""
+    out: dict[str, Ceiling] = {}
+    if throughput.empty:
+        return out
+    bound = throughput[throughput["input_bound"].map(lambda v: v is True or v == True)]  # noqa: E712
+    for strategy, rows in bound.groupby("strategy", sort=True):
+        start = int(rows["workers"].min())
+        mine = epoch[(epoch["strategy"] == strategy) & (epoch["workers"] >= start)]
+        times = mine["avg_epoch_time_s"].dropna()
+        if times.empty:
+            continue
+        floor = float(times.min())
+        out[str(strategy)] = Ceiling(start, floor, (samples or {}).get(str(strategy), nan) / floor)
+    return out
+
+
+def analyse(
+    epoch: pd.DataFrame,
+    throughput: pd.DataFrame,
+    runs: pd.DataFrame,
+    mode: str,
+    note: str,
+    targets: list[int],
+    samples: dict[str, float] | None = None,
+) -> Analysis:
+    """Fastest-strategy statements, model fits (strong scaling only) and predictions.
+
+    Input-bound configurations are left out of the fits (their time is the input pipeline's,
+    not the model's) and bound the predictions from below.
+    """
+    ceilings = input_ceilings(epoch, throughput, samples) if mode == "strong" else {}
+    bound = {(s, c.workers) for s, c in ceilings.items()}
+    exclude = {
+        (str(s), int(w))
+        for s, w in zip(epoch["strategy"], epoch["workers"], strict=True)
+        if any(s == b and w >= bw for b, bw in bound)
+    }
+    models = fit_all(epoch, exclude) if mode == "strong" else []
+    targets = sorted(set(targets))
+    predictions = predict(models, targets, ceilings)
+    notes = []
+    if mode == "weak" and targets:
+        notes = ["no predictions under weak scaling: the models describe a fixed global problem"]
+    return Analysis(
+        scaling=mode,
+        scaling_note=note,
+        run_means=runs,
+        fastest=fastest_lines(runs),
+        models=models_table(models),
+        karp_flatt=karp_flatt_table(models),
+        model_lines=[describe(m) for m in models],
+        predictions=predictions,
+        prediction_notes=notes,
+        fits=models,
+    )
+
+
+def _baseline_notes(epoch: Baseline, throughput: Baseline, has_throughput: bool) -> list[str]:
+    """One line saying what speedup is measured against, when it is the single-GPU run."""
+    notes = []
+    if epoch.reference is not None:
+        notes.append(
+            f"speedup and efficiency of every strategy are against {epoch.describe()}; "
+            "--baseline per-strategy measures each strategy against its own smallest count"
+        )
+    if has_throughput and throughput != epoch:
+        notes.append(f"throughput speedup is against {throughput.describe()}")
+    return notes
+
+
+def below_efficiency(report: Report, threshold: float) -> pd.DataFrame:
+    """Epoch-time rows whose parallel efficiency is below ``threshold`` (NaN never is)."""
+    table = report.epoch_time
+    return table[table["efficiency"] < threshold].reset_index(drop=True)

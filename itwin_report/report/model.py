@@ -1,0 +1,58 @@
+"""The report model: the tables of one experiment's report and its analysis (no computing)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from itwin_report.data.rundata import RunData
+
+if TYPE_CHECKING:
+    from itwin_report.analysis.scaling_models import StrategyModels
+    from itwin_report.report.gate import GateVerdict
+
+__all__ = ["Analysis", "Report"]
+
+
+@dataclass
+class Report:
+    """All tables of one experiment's report, plus the Rate series for its plot."""
+
+    experiment: str
+    tracking_uri: str
+    warmup_epochs: int
+    epoch_time: pd.DataFrame
+    gpu: pd.DataFrame
+    computation: pd.DataFrame
+    throughput: pd.DataFrame
+    rate_series: pd.DataFrame
+    rate_config: tuple[str, int] | None
+    warnings: list[str] = field(default_factory=list)
+    baseline: dict = field(
+        default_factory=lambda: {"mode": "per-strategy", "reference": None, "bases": []}
+    )
+    # why a table is empty or all unknown, for the plots' messages: {"computation": "..."}
+    reasons: dict[str, str] = field(default_factory=dict)
+    analysis: Analysis | None = None
+    gate: GateVerdict | None = None  # --fail-under-efficiency's verdict, when asked for
+    # the loaded data the report was built from (for the page's title block); not compared
+    data: RunData | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass
+class Analysis:
+    """Intervals, scaling models and predictions (see ``docs/analysis.md``)."""
+
+    scaling: str  # "strong" or "weak"
+    scaling_note: str
+    run_means: pd.DataFrame  # one row per run: strategy, workers, job_id, avg_epoch_time_s
+    fastest: list[str]
+    models: pd.DataFrame
+    karp_flatt: pd.DataFrame
+    model_lines: list[str]
+    predictions: pd.DataFrame
+    prediction_notes: list[str]
+    fits: list[StrategyModels] = field(default_factory=list)
+    efficiency_note: str = ""  # why the two efficiencies differ, when they do beyond noise
