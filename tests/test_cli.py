@@ -88,6 +88,7 @@ def test_json_report_schema(store: str) -> None:
         "schema_version",
         "gate",
         "efficiency_note",
+        "warning_records",
         "experiment",
         "tracking_uri",
         "warmup_epochs",

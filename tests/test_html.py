@@ -17,6 +17,7 @@ from itwin_report.cli import main
 from itwin_report.render.html import PageContext, page_context, page_plots, page_time, render_html
 from itwin_report.report import build_report
 from itwin_report.report.specs import TABLES
+from itwin_report.util.notes import Note
 
 REPORT = "generate-scalability-report"
 WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -329,7 +330,11 @@ def test_secrets_masked_and_warnings_kept() -> None:
     data = make_data(
         [run("a", "a", "ddp", 2)],
         metric("a", "epoch_time_s", [3.0, 2.0]),
-        warnings=["skipped 3 unfinished runs of x", "skipped worker y: no params", "<b>odd</b>"],
+        warnings=[
+            Note("skipped 3 unfinished runs of x", kind="skipped", runs=3),
+            Note("skipped worker y: no params", kind="skipped", runs=1),
+            "<b>odd</b>",
+        ],
     )
     data.tracking_uri = "https://user:hunter2@example.org/mlflow?token=abc&x=1"
     rep = build_report(data)

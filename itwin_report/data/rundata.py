@@ -46,6 +46,8 @@ from typing import Any
 
 import pandas as pd
 
+from itwin_report.util.notes import Note
+
 # metric keys the report reads
 EPOCH_TIME = "epoch_time_s"
 GPU_POWER = "gpu_power_W"
@@ -211,7 +213,7 @@ class RunData:
             "format": SAVE_FORMAT,
             "experiment": self.experiment,
             "tracking_uri": self.tracking_uri,
-            "warnings": self.warnings,
+            "warnings": [w.record() if isinstance(w, Note) else str(w) for w in self.warnings],
         }
         (root / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         return root
@@ -230,12 +232,24 @@ class RunData:
         return cls(
             experiment=str(meta["experiment"]),
             tracking_uri=str(meta["tracking_uri"]),
-            warnings=[str(w) for w in meta.get("warnings", [])],
+            warnings=[_note(w) for w in meta.get("warnings", [])],
             **frames,
         )
 
 
 SAVE_FORMAT = "itwin-report-run-data/1"
+
+
+def _note(saved: object) -> str:
+    """A saved warning: a record gives back its note, a plain string stays one."""
+    if isinstance(saved, dict):
+        return Note(
+            str(saved.get("text", "")),
+            str(saved.get("table", "")),
+            str(saved.get("kind", "")),
+            int(saved.get("runs", 0) or 0),
+        )
+    return str(saved)
 
 
 def _read_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:

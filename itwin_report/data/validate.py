@@ -56,9 +56,19 @@ from itwin_report.data.rundata import (
     TRAIN_LOSS_EPOCH,
     RunData,
 )
+from itwin_report.util.notes import Note
 
 MAX_WORKERS = 1_000_000
 MAX_NAMED = 5
+# the report table whose data each metric feeds (warnings about it are grouped there)
+TABLE_OF_KEY = {
+    EPOCH_TIME: "epoch_time",
+    GPU_POWER: "gpu",
+    GPU_UTIL: "gpu",
+    RATE: "throughput",
+    GLOBAL_RATE: "throughput",
+    TRAIN_LOSS_EPOCH: "throughput",
+}
 INF = float("inf")
 
 
@@ -211,13 +221,18 @@ def check_worker_params(
     )
 
 
-def grouped(problems: Mapping[str, Sequence[str]], template: str) -> list[str]:
+def grouped(
+    problems: Mapping[str, Sequence[str]], template: str, kind: str = "", table: str = ""
+) -> list[str]:
     """One warning per kind of problem: ``template`` with ``{n}``, ``{runs}`` and ``{what}``.
 
-    ``problems`` maps each problem's text to the names of the runs that have it.
+    ``problems`` maps each problem's text to the names of the runs that have it; each warning
+    is a :class:`~itwin_report.util.notes.Note` of ``kind`` counting those runs.
     """
     return [
-        template.format(n=len(runs), runs=named(list(runs)), what=what)
+        Note(
+            template.format(n=len(runs), runs=named(list(runs)), what=what), table, kind, len(runs)
+        )
         for what, runs in sorted(problems.items())
         if runs
     ]
@@ -238,11 +253,12 @@ class _Notes:
         self.run_names = dict(zip(runs["run_id"], runs["run_name"], strict=True))
         self.warnings: list[str] = []
 
-    def add(self, count: int, text: str, run_ids: pd.Series | list[str]) -> None:
-        """Add ``text`` with ``{n}`` (the count) and ``{runs}`` (the run names) filled in."""
+    def add(self, count: int, text: str, run_ids: pd.Series | list[str], table: str = "") -> None:
+        """Add ``text`` with ``{n}`` (the count) and ``{runs}`` (the run names) filled in, as a
+        note of ``table`` (the report table whose data it drops)."""
         if count:
             names = named([self.run_names.get(r, str(r)[:8]) for r in run_ids])
-            self.warnings.append(text.format(n=count, runs=names))
+            self.warnings.append(Note(text.format(n=count, runs=names), table, "dropped", count))
 
 
 def validate(data: RunData) -> RunData:
@@ -319,6 +335,7 @@ def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
             f"dropped {{n}} {key} point(s) of {{runs}}: not {valid}"
             + (f" ({nans} NaN)" if nans else ""),
             metrics["run_id"][wrong],
+            TABLE_OF_KEY.get(key, ""),
         )
         keep &= ~wrong
     steps = metrics["step"].to_numpy(dtype="int64")
@@ -357,6 +374,7 @@ def _valid_profiles(profiles: pd.DataFrame, runs: pd.DataFrame, notes: _Notes) -
         int(wrong.sum()),
         f"dropped {{n}} profiler row(s) of {{runs}}: self_cuda_time_total not {NON_NEGATIVE}",
         profiles.loc[wrong, "run_id"],
+        table="computation",
     )
     rows = profiles[~wrong]
     if rows.empty:
@@ -384,23 +402,27 @@ def _valid_profiles(profiles: pd.DataFrame, runs: pd.DataFrame, notes: _Notes) -
         "{n} profiler CSV(s) of {runs} were written by another rank (their global_rank "
         "differs from the worker run's)",
         list(files.index[other_rank]),
+        table="computation",
     )
     notes.add(
         int(other_job.sum()),
         "dropped {n} profiler CSV(s) of {runs}: their num_gpus differs from the worker "
         "run's world size",
         list(files.index[other_job]),
+        table="computation",
     )
     notes.add(
         int(twice.sum()),
         "dropped {n} profiler CSV(s) of {runs} that would count a rank twice (another "
         "CSV of the same job comes from that rank)",
         list(ranked.index[twice]),
+        table="computation",
     )
     notes.add(
         int(strategy_differs.sum()),
         "{n} profiler CSV(s) of {runs} name another strategy than their worker run (kept)",
         list(files.index[strategy_differs]),
+        table="computation",
     )
     return rows[~rows["run_id"].isin(dropped)].reset_index(drop=True)
 
@@ -416,6 +438,7 @@ def _valid_performance(perf: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
         f"dropped {{n}} performance.json record(s) of {{runs}}: total_samples not "
         f"{NON_NEGATIVE}, total_time not {SECONDS}, or records outside 1..{MAX_WORKERS:,}",
         out.loc[~good, "run_id"],
+        table="throughput",
     )
     out = out[good]
     for column, valid in PERFORMANCE_OPTIONAL.items():
@@ -427,6 +450,7 @@ def _valid_performance(perf: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
             int(wrong.sum()),
             f"ignored {column} in {{n}} performance.json record(s) of {{runs}}: not {valid}",
             out.loc[wrong, "run_id"],
+            table="throughput",
         )
         out[column] = out[column].where(~wrong)
     return out.reset_index(drop=True)

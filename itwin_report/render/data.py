@@ -14,6 +14,7 @@ from itwin_report.render.analysis import json_fields, pair_intervals
 from itwin_report.report.specs import TABLES, integer, is_missing
 from itwin_report.util.escape import csv_text
 from itwin_report.util.masking import mask_text, mask_uri
+from itwin_report.util.notes import table_of
 
 if TYPE_CHECKING:
     from itwin_report.report import Report
@@ -67,6 +68,10 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     out["epoch_time"] = [pair_intervals(row) for row in out["epoch_time"]]
     out.update(json_fields(report))
     out["warnings"] = [mask_text(w) for w in report.warnings]
+    out["warning_records"] = [
+        {"table": table_of(w), "kind": getattr(w, "kind", ""), "text": mask_text(w)}
+        for w in report.warnings
+    ]
     gate = getattr(report, "gate", None)
     out["gate"] = None if gate is None else gate.to_dict()
     return out

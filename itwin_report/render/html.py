@@ -9,7 +9,6 @@ Light module: standard library only at import; plotting happens in :func:`page_p
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -18,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from itwin_report.util.escape import MAX_LINE, shorten, terminal
 from itwin_report.util.masking import mask_text, mask_uri
+from itwin_report.util.notes import skipped_runs, table_of
 from itwin_report.util.text import plural
 
 if TYPE_CHECKING:
@@ -36,7 +36,6 @@ TABLE_FIGURES: dict[str, tuple[str, ...]] = {
     "throughput": ("throughput", "rates"),
 }
 WIDE_TABLE = 8  # tables with more columns than this sit above their plots, not beside them
-_SKIPPED = re.compile(r"^skipped (\d+) ")
 
 
 @dataclass(frozen=True)
@@ -76,11 +75,7 @@ def page_time(environ: Mapping[str, str]) -> datetime:
 def page_context(data: RunData, version: str, generated_at: datetime) -> PageContext:
     """Counts for the title block: worker runs and jobs read, runs the loader skipped."""
     runs = data.runs
-    skipped = 0
-    for warning in data.warnings:
-        if warning.startswith("skipped "):
-            match = _SKIPPED.match(warning)
-            skipped += int(match.group(1)) if match else 1
+    skipped = skipped_runs(data.warnings)
     return PageContext(
         version=version,
         generated_at=generated_at,
@@ -106,11 +101,13 @@ def page_plots(source: Report | PlotSet) -> PagePlots:
 
 def render_html(report: Report, context: PageContext, plots: PagePlots | None = None) -> str:
     """The whole page as a string: the report's layout, written as HTML."""
-    from itwin_report.render.layout import Footer, Notes, Table, Title, layout
+    from itwin_report.render.layout import WARNINGS, Footer, Notes, Table, Title, layout
 
     plots = plots or PagePlots()
     blocks = layout(report).blocks
-    warnings = [w for b in blocks if isinstance(b, Notes) and b.warning for w in b.items]
+    warnings = [
+        w for b in blocks if isinstance(b, Notes) and b.title == "Warnings" for w in b.items
+    ]
     by_table, general = _warnings_by_table(warnings)
     title = f"Scalability report: {shorten(mask_text(report.experiment))}"
     parts = [_head(title), "<body>", "<main>"]
@@ -121,9 +118,11 @@ def render_html(report: Report, context: PageContext, plots: PagePlots | None = 
             parts.append(_list_section("summary", "Summary", _summary(report)))
         elif isinstance(block, Table):
             parts.append(_table_section(block, plots, by_table.get(block.name, [])))
-        elif isinstance(block, Notes) and block.warning:
+        elif isinstance(block, Notes) and block.title == WARNINGS:
             if general:
                 parts.append(_list_section("warnings", "Other warnings", general, warn=True))
+        elif isinstance(block, Notes) and block.warning:
+            parts.append(_list_section("gate", block.title, block.items, warn=True))
         elif isinstance(block, Notes):
             parts.append(_list_section("notes", block.title, block.items))
         elif isinstance(block, Footer):
@@ -225,27 +224,16 @@ def _notes(heading: str, lines: list[str], warn: bool = False) -> str:
     return f'<div class="{cls}"><h3>{text(heading)}</h3><ul>{items}</ul></div>'
 
 
-# warning text -> the table it belongs to (first match wins); the rest are the loader's
-_WARNING_TABLES = (
-    ("computation", re.compile(r"profil", re.IGNORECASE)),
-    ("gpu", re.compile(r"\bGPU|power|utili[sz]ation|probing", re.IGNORECASE)),
-    ("throughput", re.compile(r"throughput|\brate\b|performance\.json|samples", re.IGNORECASE)),
-    ("epoch_time", re.compile(r"epoch", re.IGNORECASE)),
-)
-
-
 def _warnings_by_table(warnings: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """Warnings grouped under the table each note names; the rest stay general."""
     by_table: dict[str, list[str]] = {}
     general = []
     for warning in warnings:
-        if warning.startswith("skipped "):
-            general.append(warning)
-            continue
-        table = next((t for t, pattern in _WARNING_TABLES if pattern.search(warning)), None)
-        if table is None:
-            general.append(warning)
-        else:
+        table = table_of(warning)
+        if table:
             by_table.setdefault(table, []).append(warning)
+        else:
+            general.append(warning)
     return by_table, general
 
 

@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING
 from itwin_report.report.specs import TABLES, TableSpec, is_missing
 from itwin_report.util.escape import MAX_LINE, shorten
 from itwin_report.util.masking import mask_text, mask_uri
+from itwin_report.util.notes import like
 
 if TYPE_CHECKING:
     from itwin_report.report import Report
 
+WARNINGS = "Warnings"  # the title of the report's warnings block
 VERDICT_WORDS = {True: "input-bound", False: "not input-bound", None: "undecided"}
 
 
@@ -143,7 +145,8 @@ def layout(report: Report) -> Layout:
     blocks += [table_block(report, spec) for spec in TABLES]
     blocks += analysis_blocks(report)
     if report.warnings:
-        blocks.append(Notes("Warnings", [shown_line(w) for w in report.warnings], warning=True))
+        items = [like(shown_line(w), w) for w in report.warnings]
+        blocks.append(Notes(WARNINGS, items, warning=True))
     gate = getattr(report, "gate", None)
     if gate is not None:
         blocks.append(Notes("Efficiency gate", [mask_text(gate.line)], warning=not gate.passed))

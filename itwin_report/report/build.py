@@ -27,6 +27,7 @@ from itwin_report.report.model import Analysis, Report
 from itwin_report.report.series import rate_series
 from itwin_report.report.throughput import SOURCE_NAMES, throughput_table
 from itwin_report.util.errors import ReportError
+from itwin_report.util.notes import tagged
 from itwin_report.util.text import name_list
 
 __all__ = ["below_efficiency", "build_report"]
@@ -87,7 +88,15 @@ def build_report(
         throughput=thr,
         rate_series=series,
         rate_config=config,
-        warnings=[*notes, *data.warnings, *w_epoch, *w_gpu, *w_comp, *w_thr, *w_series],
+        warnings=[
+            *tagged(notes, "epoch_time", "base"),
+            *data.warnings,
+            *tagged(w_epoch, "epoch_time"),
+            *tagged(w_gpu, "gpu"),
+            *tagged(w_comp, "computation"),
+            *tagged(w_thr, "throughput"),
+            *tagged(w_series, "throughput"),
+        ],
         baseline=used.to_dict(),
         reasons={} if no_gpu is None else {"computation": no_gpu},
         analysis=analysis,

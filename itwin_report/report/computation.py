@@ -7,6 +7,7 @@ import pandas as pd
 from itwin_report.data.rundata import RunData
 from itwin_report.report import specs as tables
 from itwin_report.report.common import configurations, finish, label
+from itwin_report.util.notes import table_of
 from itwin_report.util.text import name_list
 
 COLUMNS = tables.COMPUTATION.names
@@ -71,7 +72,12 @@ def computation_table(data: RunData) -> tuple[pd.DataFrame, list[str], str | Non
             }
         )
     if missing:
-        warnings.append(f"no profiler data for {name_list(missing)}")
+        unread = any(
+            getattr(w, "kind", "") == "unread" and table_of(w) == "computation"
+            for w in data.warnings
+        )
+        why = " (some profiler files could not be read: see that warning)" if unread else ""
+        warnings.append(f"no profiler data for {name_list(missing)}{why}")
     if no_gpu:
         shown = name_list(no_gpu)
         warnings.append(

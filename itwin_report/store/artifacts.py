@@ -33,6 +33,7 @@ from itwin_report.data.validate import named
 from itwin_report.store.uri import local_artifact_dir
 from itwin_report.util.errors import DataError, ReportError
 from itwin_report.util.masking import mask_text
+from itwin_report.util.notes import Note
 from itwin_report.util.progress import progress
 
 Remote = Callable[[str, str], bytes | None]  # (artifact_uri, relative path) -> bytes or None
@@ -253,10 +254,12 @@ def read_artifacts(
                         f"{_who(row)}: malformed {PERFORMANCE_ARTIFACT} ({reason}); ignored"
                     )
     for (name, reason), names in sorted(unread.items()):
-        warnings.append(
+        table = "computation" if name == PROFILE_ARTIFACT else "throughput"
+        text = (
             f"could not read {name} of {len(names)} worker run(s) of {named(names)} ({reason}): "
             f"{UNREAD_MEANS.get(name, 'its data')} is missing from the report, not absent"
         )
+        warnings.append(Note(text, table, "unread", len(names)))
     prof = pd.DataFrame(
         {col: [v for part in profiles for v in part[col]] for col in PROFILE_COLUMNS},
         columns=list(PROFILE_COLUMNS),

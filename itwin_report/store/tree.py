@@ -27,6 +27,7 @@ from itwin_report.data.validate import (
     named,
 )
 from itwin_report.util.errors import ReportError
+from itwin_report.util.notes import Note
 
 PARENT_TAG = "mlflow.parentRunId"
 RAW_RUN_COLUMNS: tuple[str, ...] = (
@@ -111,9 +112,11 @@ def _split_unfinished(
     left = workers[~done]
     bad = (set(left["status"]) | set(top_status[~done])) - {FINISHED}
     n = len(left)
-    warning = (
+    warning = Note(
         f"skipped {n} unfinished run{'s' if n != 1 else ''} of {named(list(left['run_name']))}"
-        f" (status {'/'.join(sorted(bad))}); use --include-unfinished to keep them"
+        f" (status {'/'.join(sorted(bad))}); use --include-unfinished to keep them",
+        kind="skipped",
+        runs=n,
     )
     return workers[done], [warning]
 
@@ -182,8 +185,12 @@ def select_workers(
     if not no_params.empty:
         logged = "/".join(names[p] for p in core)
         warnings.append(
-            f"skipped {len(no_params)} run(s) of {named(list(no_params['run_name']))}: "
-            f"no {logged} params"
+            Note(
+                f"skipped {len(no_params)} run(s) of {named(list(no_params['run_name']))}: "
+                f"no {logged} params",
+                kind="skipped",
+                runs=len(no_params),
+            )
         )
     cands = leaves[is_cand].copy()
     # a worker alone in its job (a flat run, a single child) is rank 0 when it logs no rank
@@ -195,7 +202,7 @@ def select_workers(
     by_problem: dict[str, list[str]] = {}
     for name, text in zip(cands["run_name"][flagged], checked.problems[flagged], strict=True):
         by_problem.setdefault(text, []).append(str(name))
-    warnings += grouped(by_problem, "skipped {n} worker run(s) of {runs}: {what}")
+    warnings += grouped(by_problem, "skipped {n} worker run(s) of {runs}: {what}", "skipped")
     cands = cands.assign(workers=checked.workers, rank=checked.rank)[~flagged].copy()
 
     not_numbers: dict[str, list[str]] = {}
