@@ -20,7 +20,7 @@ ITWINAI_REPORT_DEPS := "mlflow>=3" "numpy<2" "pandas<3" "click==8.1.8" \
 	typer hydra-core omegaconf validators seaborn scipy pyyaml requests
 
 .DEFAULT_GOAL := test
-.PHONY: install demo test test-min test-postgres test-old-server test-registry test-browser lint bench clean-demo help
+.PHONY: install demo test mutants test-min test-postgres test-old-server test-registry test-browser lint bench clean-demo help
 
 help:
 	@echo "make demo             emulate sample runs into mllogs/mlflow.db, print the report, write plots/ and report.html"
@@ -31,6 +31,7 @@ help:
 	@echo "make test-registry    pip resolves the project with itwinai 0.4.2 (needs the registry)"
 	@echo "make test-browser     the HTML page in headless Chromium (installs Debian's chromium if missing)"
 	@echo "make lint             ruff (lint + format check) and mypy"
+	@echo "make mutants          plant 16 realistic bugs one at a time; the suite must catch every one"
 	@echo "make bench            speed benchmarks: every ratio, printed and written under bench/out/"
 	@echo "make clean-demo       remove the demo store, truth file, plots and page"
 
@@ -78,6 +79,9 @@ test-old-server: $(STAMP) $(OLD_SERVER_STAMP)
 
 test-registry: $(STAMP)
 	$(PY) -m pytest -q -m registry
+
+mutants: $(STAMP)
+	$(PY) tools/mutants.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check itwin_report tests bench tools

@@ -410,3 +410,15 @@ def test_signal_ends_the_report_cleanly(
     assert proc.returncode == code, err
     assert err == f"Error: interrupted by {name}\n" and out == ""
     assert list((tmp_path / "out").iterdir()) == []  # no report, no temporary file
+
+
+def test_a_secret_in_an_unmasked_message_is_masked_at_the_exit(store: str) -> None:
+    """The experiment name is echoed back verbatim by the store's error; the CLI's one exit
+    point masks it (no site on the way does)."""
+    secret = "Sw0rdfish-77"
+    code, out, err = invoke(
+        REPORT, "--tracking-uri", store, "-q", "--no-plots", "-e", f"http://u:{secret}@h/x"
+    )
+    assert code == 1 and out == ""
+    assert secret not in err and "***" in err
+    assert err.count("\n") == 1

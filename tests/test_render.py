@@ -402,3 +402,12 @@ def test_report_help_examples_run_as_written_after_emulate() -> None:
         assert "  " not in command and not command.endswith("\\"), command
         assert "-e emulated-cluster" in command or " -e " not in command, command
         assert "my-exp" not in command and "$" not in command, command
+
+
+def test_markdown_escapes_every_special_character_of_a_store_value() -> None:
+    """Each of markdown's specials in a strategy name is backslash-escaped in the cell."""
+    report = hand_report()
+    report.epoch_time.loc[2, "strategy"] = "a*b_c`d[e]f#g\\h"
+    md = render(report, "markdown")
+    row = next(line for line in md.splitlines() if line.startswith("| a"))
+    assert row.startswith("| a\\*b\\_c\\`d\\[e\\]f\\#g\\\\h |"), row

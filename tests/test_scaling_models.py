@@ -12,6 +12,7 @@ import pytest
 from conftest import cli_runner
 
 from itwin_report.analysis.scaling_models import (
+    Ceiling,
     describe,
     fit,
     fit_all,
@@ -228,3 +229,21 @@ def test_analysis_in_the_text_report(analysis_store: tuple[str, Path]) -> None:
         assert f"- {sentence}" in text
     md = render(report, "markdown")
     assert "## Scaling models" in md and "## Predictions" in md
+
+
+def test_predictions_never_fall_below_a_measured_input_ceiling() -> None:
+    """T(p) = 400 (0.02 + 0.98/p) fitted on 4..32; from 32 workers on, epochs cannot be faster
+    than 30 s: at 64 the model's 14.125 s is capped to 30 s; at 16 (below the ceiling's count
+    and above its floor) the model's 32.5 s stands."""
+    p = np.array([4.0, 8.0, 16.0, 32.0])
+    table = pd.DataFrame(
+        {"strategy": "ddp", "workers": p.astype(int), "avg_epoch_time_s": 400 * (0.02 + 0.98 / p)}
+    )
+    ceiling = {"ddp": Ceiling(workers=32, floor_s=30.0, samples_per_sec=1000.0)}
+    rows = predict(fit_all(table), [16, 64], ceiling).set_index("workers")
+    assert rows.loc[16, "avg_epoch_time_s"] == pytest.approx(32.5)
+    assert rows.loc[16, "note"] == ""
+    assert rows.loc[64, "avg_epoch_time_s"] == pytest.approx(30.0)
+    assert rows.loc[64, "low_s"] >= 30.0
+    assert rows.loc[64, "note"].startswith("capped by the input pipeline: input-bound from 32")
+    assert rows.loc[64, "speedup"] == pytest.approx(400 * (0.02 + 0.98 / 4) / 30.0)

@@ -1,0 +1,218 @@
+"""Plant realistic bugs one at a time and check that the test suite catches each.
+
+Each mutant replaces one exact piece of source text (it must occur exactly once) in a copy of
+the package and runs the test files that guard that code. A mutant is *caught* when those tests
+fail. The working tree is never touched: the package and tests are copied to a temporary folder
+and run from there (``PYTHONPATH`` puts the copy first).
+
+    python tools/mutants.py            # every mutant
+    python tools/mutants.py M3 M7      # some of them
+
+The last line is ``caught K of N planted bugs``; the exit code is 1 when a bug survives.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    what: str
+    path: str
+    old: str
+    new: str
+    tests: tuple[str, ...]
+
+
+MUTANTS = (
+    Mutant(
+        "M1",
+        "efficiency against the row's own smallest count, not the decided base",
+        "itwin_report/report/baseline.py",
+        'out["efficiency"] = speedup * base_w / workers',
+        'out["efficiency"] = speedup * np.nanmin(workers) / workers',
+        ("tests/test_one_truth.py", "tests/test_report_itwinai.py"),
+    ),
+    Mutant(
+        "M2",
+        "the fallback sample interval read as milliseconds",
+        "itwin_report/report/gpu.py",
+        "return float(np.median(np.diff(steps)))",
+        "return float(np.median(np.diff(steps))) / 1000",
+        ("tests/test_report_gpu.py",),
+    ),
+    Mutant(
+        "M3",
+        "warm-up boundary off by one",
+        "itwin_report/report/epoch_time.py",
+        'return epochs[epochs["step"] >= warmup_epochs]',
+        'return epochs[epochs["step"] > warmup_epochs]',
+        ("tests/test_report_epoch_time.py",),
+    ),
+    Mutant(
+        "M4",
+        "c10d:: (communication) counted as computation",
+        "itwin_report/report/computation.py",
+        'COMPUTATION_PATTERN = r"\\b(?:aten|at|c10|autograd)::"',
+        'COMPUTATION_PATTERN = r"\\b(?:aten|at|c10\\w*|autograd)::"',
+        ("tests/test_report_computation.py",),
+    ),
+    Mutant(
+        "M5",
+        "normal quantile 1.96 instead of Student's t for a mean's interval",
+        "itwin_report/analysis/intervals.py",
+        "half = t_quantile(len(x) - 1) * float(x.std(ddof=1)) / math.sqrt(len(x))",
+        "half = 1.96 * float(x.std(ddof=1)) / math.sqrt(len(x))",
+        ("tests/test_confidence.py",),
+    ),
+    Mutant(
+        "M6",
+        "error messages no longer masked at the CLI's one exit point",
+        "itwin_report/cli/group.py",
+        "lines = [line.strip() for line in mask_text(message).splitlines() if line.strip()]",
+        "lines = [line.strip() for line in message.splitlines() if line.strip()]",
+        ("tests/test_cli.py", "tests/test_store_errors.py"),
+    ),
+    Mutant(
+        "M7",
+        "markdown no longer escapes '*'",
+        "itwin_report/util/escape.py",
+        '_MD_SPECIAL = re.compile(r"([\\\\`*_\\[\\]#])")',
+        '_MD_SPECIAL = re.compile(r"([\\\\`_\\[\\]#])")',
+        ("tests/test_render.py",),
+    ),
+    Mutant(
+        "M8",
+        "the columnar reader returns float32",
+        "itwin_report/store/columnar.py",
+        "pc.cast(table.column(i), pa.float64(), safe=False).to_numpy()",
+        "pc.cast(table.column(i), pa.float32(), safe=False).to_numpy()",
+        ("tests/test_columnar.py",),
+    ),
+    Mutant(
+        "M9",
+        "a repeated metric point keeps the first value, not the last",
+        "itwin_report/data/frames.py",
+        "same &= values[:-1] == values[1:]",
+        "same &= values[1:] == values[:-1]\n    repeated[1:] = same\n    return repeated",
+        ("tests/test_validate.py", "tests/test_frames.py"),
+    ),
+    Mutant(
+        "M10",
+        "energy of rank 0 shown as the job's (no scaling to all GPUs)",
+        "itwin_report/report/gpu.py",
+        'coverage = (energy["ranks"] / workers).clip(upper=1.0)',
+        'coverage = (energy["ranks"] / energy["ranks"]).clip(upper=1.0)',
+        ("tests/test_report_gpu.py", "tests/test_one_truth.py"),
+    ),
+    Mutant(
+        "M11",
+        "the gate ignores configurations it cannot evaluate",
+        "itwin_report/report/gate.py",
+        'unknown = [f"{s}-{w}" for s, w in configs if (s, w) not in known]',
+        "unknown: list[str] = []",
+        ("tests/test_one_truth.py",),
+    ),
+    Mutant(
+        "M12",
+        "Karp–Flatt with the terms of the numerator swapped",
+        "itwin_report/analysis/scaling_models.py",
+        "e = (1.0 / speedup - 1.0 / n) / (1.0 - 1.0 / n)",
+        "e = (1.0 / n - 1.0 / speedup) / (1.0 - 1.0 / n)",
+        ("tests/test_scaling_models.py", "tests/test_one_truth.py"),
+    ),
+    Mutant(
+        "M13",
+        "the interval's base runs taken from the row's own strategy",
+        "itwin_report/analysis/intervals.py",
+        'base_key = (rec["base_strategy"], int(base_w))',
+        'base_key = (str(rec["strategy"]), int(base_w))',
+        ("tests/test_confidence.py", "tests/test_one_truth.py"),
+    ),
+    Mutant(
+        "M14",
+        "predictions no longer capped by a measured input ceiling",
+        "itwin_report/analysis/scaling_models.py",
+        "if cap is not None and (capped or t < cap.floor_s):",
+        "if False:",
+        ("tests/test_scaling_models.py", "tests/test_one_truth.py"),
+    ),
+    Mutant(
+        "M15",
+        "the spread between runs as a population standard deviation",
+        "itwin_report/report/epoch_time.py",
+        "std = float(np.std(run_means.to_numpy(), ddof=1))",
+        "std = float(np.std(run_means.to_numpy(), ddof=0))",
+        ("tests/test_report_epoch_time.py",),
+    ),
+    Mutant(
+        "M16",
+        "throughput speedup inverted (a rate treated like a time)",
+        "itwin_report/report/throughput.py",
+        'table, notes = base_rule.apply(table, "samples_per_sec", True, used)',
+        'table, notes = base_rule.apply(table, "samples_per_sec", False, used)',
+        ("tests/test_report_throughput.py", "tests/test_one_truth.py"),
+    ),
+)
+
+
+def _copy(dest: Path) -> None:
+    for name in ("itwin_report", "tests", "docs", "fixtures"):
+        if (ROOT / name).exists():
+            shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, dest / name)
+
+
+def run(mutant: Mutant, work: Path) -> tuple[bool, float]:
+    """(caught, seconds): plant ``mutant`` in the copy, run its tests, put the source back."""
+    path = work / mutant.path
+    source = path.read_text(encoding="utf-8")
+    if source.count(mutant.old) != 1:
+        raise SystemExit(f"{mutant.name}: the text to replace occurs {source.count(mutant.old)}x")
+    path.write_text(source.replace(mutant.old, mutant.new), encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(work), "PYTHONDONTWRITEBYTECODE": "1"}
+    start = time.perf_counter()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", *mutant.tests],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+    finally:
+        path.write_text(source, encoding="utf-8")
+    return result.returncode != 0, time.perf_counter() - start
+
+
+def main(names: list[str]) -> int:
+    chosen = [m for m in MUTANTS if not names or m.name in names]
+    caught = 0
+    with tempfile.TemporaryDirectory(prefix="itwin-mutants-") as tmp:
+        work = Path(tmp)
+        _copy(work)
+        print(f"{'mutant':<6}  {'result':<8}  {'s':>5}  what")
+        for mutant in chosen:
+            hit, seconds = run(mutant, work)
+            caught += hit
+            word = "caught" if hit else "SURVIVED"
+            print(f"{mutant.name:<6}  {word:<8}  {seconds:5.1f}  {mutant.what}", flush=True)
+    print(f"caught {caught} of {len(chosen)} planted bugs")
+    return 0 if caught == len(chosen) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
