@@ -422,3 +422,15 @@ def test_a_secret_in_an_unmasked_message_is_masked_at_the_exit(store: str) -> No
     assert code == 1 and out == ""
     assert secret not in err and "***" in err
     assert err.count("\n") == 1
+
+
+def test_the_environment_decides_styling_and_debugging() -> None:
+    from itwin_report.cli.env import Environment
+
+    tty = Environment(stdout_tty=True, variables={})
+    assert tty.styled("table", to_file=False)
+    assert not tty.styled("markdown", to_file=False) and not tty.styled("table", to_file=True)
+    assert not Environment(stdout_tty=True, variables={"NO_COLOR": ""}).styled("table", False)
+    assert not Environment(stdout_tty=False).styled("table", to_file=False)
+    assert Environment(variables={"ITWIN_REPORT_DEBUG": "1"}).debug
+    assert Environment(variables={"SOURCE_DATE_EPOCH": "86400"}).now().day == 2

@@ -7,7 +7,6 @@ runs ends the process at once (:mod:`itwin_report.util.interrupt`). Light module
 
 from __future__ import annotations
 
-import os
 import signal
 import traceback
 from collections.abc import Iterator
@@ -16,11 +15,10 @@ from typing import Any
 
 import click
 
+from itwin_report.cli.env import DEBUG_ENV, Environment
 from itwin_report.util.errors import EXIT_ERROR, EXIT_SIGINT, Interrupted, ReportError
 from itwin_report.util.interrupt import sigint_exits_at_once, sigint_unwinds
 from itwin_report.util.masking import mask_text
-
-DEBUG_ENV = "ITWIN_REPORT_DEBUG"
 
 
 class _NeverRaised(Exception):
@@ -91,6 +89,8 @@ class ReportGroup(click.Group):
             raise _usage_failure(exc, ctx) from None
 
     def invoke(self, ctx: click.Context) -> Any:
+        if not isinstance(ctx.obj, Environment):
+            ctx.obj = Environment.from_process()
         try:
             with _sigterm_unwinds(), sigint_unwinds():
                 return super().invoke(ctx)
@@ -108,7 +108,7 @@ class ReportGroup(click.Group):
         except (click.exceptions.Exit, click.Abort):
             raise
         except Exception as exc:  # a bug, not user input: keep it to one line unless debugging
-            if os.environ.get(DEBUG_ENV):
+            if ctx.obj.debug:
                 traceback.print_exc()
             hint = f" (set {DEBUG_ENV}=1 for the traceback)"
             raise Failure(f"unexpected {type(exc).__name__}: {exc}{hint}", EXIT_ERROR) from None

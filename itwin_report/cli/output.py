@@ -4,22 +4,20 @@ decides styling, never content."""
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import click
 
 from itwin_report import __version__
+from itwin_report.cli import env
 from itwin_report.util.errors import ReportError
 from itwin_report.util.masking import mask_text
 
 
 def styled(fmt: str, output: Path | None) -> bool:
     """Rich styling only for a table on a terminal, and never with NO_COLOR set."""
-    return (
-        fmt == "table" and output is None and sys.stdout.isatty() and "NO_COLOR" not in os.environ
-    )
+    return env.current().styled(fmt, output is not None)
 
 
 def check_writable(outputs: dict[str, Path | None]) -> None:
@@ -58,9 +56,9 @@ def make_plots(report: Any) -> Any:
 
 
 def html_page(report: Any, data: Any, plots: Any) -> str:
-    from itwin_report.render.html import page_context, page_plots, page_time, render_html
+    from itwin_report.render.html import page_context, page_plots, render_html
 
-    context = page_context(data, __version__, page_time(os.environ))
+    context = page_context(data, __version__, env.current().now())
     return render_html(report, context, page_plots(plots))
 
 
