@@ -5,10 +5,11 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
+import sys
 from pathlib import Path
 from typing import Any
 
-import adbc_driver_sqlite  # noqa: F401  (the test extra installs the driver)
+import adbc_driver_sqlite  # noqa: F401  (a dependency of the default install)
 import numpy as np
 import pandas as pd
 import pytest
@@ -76,6 +77,19 @@ def test_a_clean_store_is_read_by_the_driver_with_the_same_result(
     columnar, plain, used = _load_both(_copy(scaling_sqlite, tmp_path), monkeypatch)
     assert used == [True, False]  # switched off, the second load did not use it
     assert len(columnar.metrics) > 50
+    _assert_same(columnar, plain)
+
+
+def test_without_the_driver_sqlite3_reads_the_same_rows(
+    scaling_sqlite: Store, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An environment where the driver cannot be imported falls back to sqlite3, silently."""
+    db = _copy(scaling_sqlite, tmp_path)
+    monkeypatch.setenv(ENV, "1")
+    columnar = load_experiment(f"sqlite:///{db}", "scaling", show_progress=False)
+    monkeypatch.setitem(sys.modules, "adbc_driver_sqlite.dbapi", None)  # import fails
+    assert fetch_numeric(f"file:{db}?mode=ro", [], "SELECT 1", []) is None
+    plain = load_experiment(f"sqlite:///{db}", "scaling", show_progress=False)
     _assert_same(columnar, plain)
 
 

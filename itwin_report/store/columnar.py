@@ -1,4 +1,4 @@
-"""Optional columnar reads of a SQLite store with the ADBC driver (the ``fast`` extra).
+"""Columnar reads of a SQLite store with the ADBC driver (a default dependency).
 
 Python's sqlite3 hands back one Python object per value: for the millions of metric points of a
 large experiment that, not SQLite, is most of the loading time. The ADBC SQLite driver fills
