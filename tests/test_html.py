@@ -485,7 +485,7 @@ def test_outputs_are_published_as_one_set(
     def fail(*_args: Any, **_kwargs: Any) -> Any:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(output, "_save", fail)
+    monkeypatch.setattr(output, "write_figure", fail)
     code, out, err = invoke(*args, "--warmup-epochs", "1")
     assert code == 1 and out == ""
     assert err.startswith("Error: cannot write plots to") and "No space left" in err

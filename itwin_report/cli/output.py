@@ -48,18 +48,34 @@ def emit(text: str, output: Path | None) -> None:
         raise ReportError(f"cannot write {output}: {exc.strerror or exc}") from None
 
 
-def make_plots(report: Any) -> Any:
-    """The report's figures, built once for the page and the plot files."""
-    from itwin_report.plots import plot_report
+def start_plots(wanted: bool) -> Any:
+    """A process that readies itself to draw figures while the store is read (None when no
+    figure is wanted, or no second core is there to draw on)."""
+    if not wanted:
+        return None
+    from itwin_report.plots.drawing import start_helper
 
-    return plot_report(report)
+    return start_helper()
+
+
+def make_plots(report: Any, helper: Any, plot_format: str | None, svg: bool) -> Any:
+    """The report's figures, drawn once for the page (``svg``) and the plot files
+    (``plot_format``; None: no files), on two cores when ``helper`` is there."""
+    from itwin_report.plots.drawing import draw_report
+
+    try:
+        return draw_report(report, plot_format, svg, helper)
+    finally:
+        if helper is not None:
+            helper.close()
 
 
 def html_page(report: Any, data: Any, plots: Any) -> str:
-    from itwin_report.render.html import page_context, page_plots, render_html
+    from itwin_report.render.html import PagePlots, page_context, render_html
 
     context = page_context(data, __version__, env.current().now())
-    return render_html(report, context, page_plots(plots))
+    page_plots = PagePlots(svg=dict(plots.svg), missing=dict(plots.missing))
+    return render_html(report, context, page_plots)
 
 
 def publish(
@@ -99,12 +115,16 @@ def publish(
 def save_plots(outputs: Any, plots: Any, plot_dir: Path, plot_format: str) -> list[Path]:
     """Draw the plots into a staging folder inside ``plot_dir``; stage them, and the removal
     of the plots of an earlier report (fixed names only) that this report does not draw."""
-    from itwin_report.plots import save_figures, stale_plots
+    from itwin_report.plots.output import stale_plots, write_figure
 
     try:
         staging = outputs.folder(plot_dir)
-        paths = outputs.files(save_figures(plots.figures, staging, plot_format), plot_dir)
+        drawn = [
+            write_figure(data, staging / f"{name}.{plot_format}")
+            for name, data in plots.files.items()
+        ]
+        paths = outputs.files(drawn, plot_dir)
     except OSError as exc:
         raise ReportError(f"cannot write plots to {plot_dir}: {exc.strerror or exc}") from None
-    outputs.remove(stale_plots(plot_dir, list(plots.figures), plot_format))
+    outputs.remove(stale_plots(plot_dir, list(plots.files), plot_format))
     return paths

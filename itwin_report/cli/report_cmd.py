@@ -9,7 +9,14 @@ import click
 
 from itwin_report.cli.group import Failure
 from itwin_report.cli.options import Efficiency, output_option, tracking_uri_option, warmup_option
-from itwin_report.cli.output import check_writable, html_page, make_plots, publish, styled
+from itwin_report.cli.output import (
+    check_writable,
+    html_page,
+    make_plots,
+    publish,
+    start_plots,
+    styled,
+)
 from itwin_report.render import FORMATS
 from itwin_report.util.errors import EXIT_USAGE, GateFailed
 
@@ -241,6 +248,10 @@ def generate_scalability_report(
     if conflict:
         raise Failure(conflict, EXIT_USAGE)
     check_writable(outputs)
+    want_page = fmt == "html" or html_path is not None
+    helper = start_plots(want_page or not no_plots)  # readies itself while the store is read
+    if helper is not None:
+        click.get_current_context().call_on_close(helper.close)
     data = store.load_experiment(
         uri,
         experiment_name,
@@ -262,8 +273,9 @@ def generate_scalability_report(
         gate=None if fail_under_efficiency is None else (fail_under_efficiency, gate_on),
     )
     require_measurements(report)
-    want_page = fmt == "html" or html_path is not None
-    plots = make_plots(report) if want_page or not no_plots else None
+    wanted = want_page or not no_plots
+    files = None if no_plots else plot_format
+    plots = make_plots(report, helper, files, want_page) if wanted else None
     page = html_page(report, data, plots) if want_page else ""
     text = page if fmt == "html" else render(report, fmt, styled=styled(fmt, output))
     publish(

@@ -172,6 +172,12 @@ def _save(fig: Figure, path: Path, fmt: str) -> Path:
     return path
 
 
+def write_figure(data: bytes, path: Path) -> Path:
+    """Write a figure drawn to bytes (:mod:`~itwin_report.plots.drawing`) to ``path``."""
+    path.write_bytes(data)
+    return path
+
+
 def stale_plots(plot_dir: Path, drawn: list[str], fmt: str) -> list[Path]:
     """Plots of an earlier report in ``plot_dir``: files named after a figure this tool draws
     (``prediction.png``), in ``fmt``, that the new report did not draw. No other file."""
