@@ -13,6 +13,7 @@ import pytest
 from conftest import cli_runner
 from test_report_builders import make_data, metric, profile, run
 
+from itwin_report import __version__
 from itwin_report.cli import main
 from itwin_report.render.html import PageContext, page_context, page_plots, page_time, render_html
 from itwin_report.report import build_report
@@ -171,7 +172,7 @@ def test_page_reads_top_to_bottom(pages: dict) -> None:
     text = " ".join(" ".join(page.texts).split())
     assert "Scalability report: scaling" in text
     assert f"Tracking store {pages['uri']}" in text
-    assert "Tool itwin-report 0.1.0" in text
+    assert f"Tool itwin-report {__version__}" in text
     # conftest's store: 10 kept worker runs in 7 jobs; 2 malformed + 1 unfinished skipped
     # (with --include-unfinished the running job's killed worker is kept)
     assert re.search(r"Runs read \d+ worker runs in \d+ jobs", text)
