@@ -11,11 +11,23 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).parent.parent / "itwin_report"
 LAYERS = {  # package -> the packages it may import
-    "cli": {"api", "render", "plots", "report", "analysis", "data", "store", "emulator", "util"},
-    "api": {"render", "plots", "report", "analysis", "data", "store", "util"},
-    "render": {"plots", "report", "analysis", "data", "util"},
+    "cli": {
+        "api",
+        "render",
+        "plots",
+        "report",
+        "traces",
+        "analysis",
+        "data",
+        "store",
+        "emulator",
+        "util",
+    },
+    "api": {"render", "plots", "report", "traces", "analysis", "data", "store", "util"},
+    "render": {"plots", "report", "traces", "analysis", "data", "util"},
     "plots": {"report", "analysis", "data", "util"},
-    "report": {"analysis", "data", "util"},
+    "report": {"traces", "analysis", "data", "util"},
+    "traces": {"analysis", "data", "util"},
     "analysis": {"data", "util"},
     "store": {"data", "util"},
     "emulator": {"store", "data", "util"},

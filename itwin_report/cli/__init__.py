@@ -14,6 +14,7 @@ from itwin_report.cli.emulate_cmd import emulate_command
 from itwin_report.cli.group import ReportGroup
 from itwin_report.cli.merge_cmd import merge_performance
 from itwin_report.cli.report_cmd import generate_scalability_report
+from itwin_report.cli.traces_cmd import analyze_traces_command
 
 MAIN_HELP = """Scalability reports for distributed deep-learning runs logged to MLflow.
 
@@ -46,6 +47,7 @@ main.add_command(generate_scalability_report)
 main.add_command(merge_performance)
 main.add_command(emulate_command)
 main.add_command(compare_command)
+main.add_command(analyze_traces_command)
 
 __all__ = ["main"]
 

@@ -1,0 +1,265 @@
+"""Small PyTorch-profiler (Kineto) Chrome traces with a known truth, one per rank.
+
+Each profiler step on a GPU rank runs, on the device: an input copy (``Memcpy HtoD``), a run of
+compute kernels back to back, then an NCCL all-reduce on its own stream that starts ``overlap``
+before the compute ends (DDP overlaps the gradient all-reduce with the backward pass), then
+nothing until the next step. The host side has a ``ProfilerStep#N`` annotation per step, one
+``cudaLaunchKernel`` / ``cudaMemcpyAsync`` per device event (linked by ``correlation``) and the
+events a real trace also carries and an analysis must ignore (a device-side step annotation,
+flow and metadata events). A CPU-only (gloo) rank has ``aten::`` operators on its main thread and
+``gloo:all_reduce`` on a second thread instead.
+
+:func:`truth` works out, from the same numbers and by plain arithmetic, what an analysis
+following Holistic Trace Analysis's rules must find (the last step left out).
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+BASE_US = 1_000_000.0  # the first step's start on the profiler's clock
+BASE_NS = 1_700_000_000_000_000_000  # the wall clock at the profiler's 0 (baseTimeNanoseconds)
+HOST_LEAD_US = 40.0  # the host launches each device event this long before it starts
+COMPUTE_KERNELS = 4  # compute kernels per step
+COMPUTE_STREAM = 7
+COMM_STREAM = 20
+
+
+@dataclass(frozen=True)
+class RankSpec:
+    """One rank's steps, in microseconds (whole numbers keep the truth exact)."""
+
+    rank: int = 0
+    world_size: int = 1
+    steps: int = 5
+    step_us: float = 10_000.0  # from one step's start to the next
+    copy_us: float = 500.0
+    compute_us: float = 6_000.0
+    comm_us: float = 2_000.0
+    overlap_us: float = 1_000.0  # how long the all-reduce runs under the compute
+    device: str = "gpu"  # "gpu" or "cpu" (gloo: operators on CPU threads)
+    hostname: str = "node0"
+
+    def scaled(self, compute: float) -> RankSpec:
+        """This rank with its compute slowed by ``compute`` (1.2: 20 % slower); the others'
+        all-reduce is not changed here (see :func:`job`)."""
+        return replace(self, compute_us=self.compute_us * compute)
+
+
+def job(
+    world_size: int,
+    slow_rank: int | None = None,
+    slow_factor: float = 1.2,
+    gpus_per_node: int = 4,
+    **spec: Any,
+) -> list[RankSpec]:
+    """The ranks of one job; ``slow_rank``'s compute is ``slow_factor`` times longer and every
+    other rank's all-reduce waits that much longer for it (the step stays in lockstep)."""
+    base = RankSpec(world_size=world_size, **spec)
+    out = []
+    for rank in range(world_size):
+        mine = replace(base, rank=rank, hostname=f"node{rank // gpus_per_node}")
+        if slow_rank is not None:
+            extra = base.compute_us * (slow_factor - 1)
+            if rank == slow_rank:
+                mine = mine.scaled(slow_factor)
+            else:
+                mine = replace(mine, comm_us=mine.comm_us + extra)
+        out.append(mine)
+    return out
+
+
+def events(spec: RankSpec) -> list[dict[str, Any]]:
+    """The trace events of one rank."""
+    return [e for step in range(-1, spec.steps) for e in step_events(spec, step)]
+
+
+def step_events(spec: RankSpec, step: int) -> list[dict[str, Any]]:
+    """The events of one profiler step (step -1: the metadata before the first)."""
+    if step < 0:
+        return [
+            {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "python"}},
+            {
+                "ph": "X",
+                "cat": "Trace",
+                "name": "PyTorch Profiler",
+                "pid": 0,
+                "tid": 0,
+                "ts": BASE_US,
+                "dur": spec.steps * spec.step_us,
+            },
+        ]
+    corr = 100 + step * 10
+    out: list[dict[str, Any]] = []
+    t0 = BASE_US + step * spec.step_us
+    out.append(
+        _host(f"ProfilerStep#{step + 1}", "user_annotation", t0 - HOST_LEAD_US, spec.step_us)
+    )
+    if spec.device == "cpu":
+        return out + _cpu_step(spec, t0)
+    out.append(
+        {
+            "ph": "X",
+            "cat": "gpu_user_annotation",
+            "name": f"ProfilerStep#{step + 1}",
+            "pid": 0,
+            "tid": COMPUTE_STREAM,
+            "ts": t0,
+            "dur": spec.step_us,
+            "args": {"device": 0, "stream": COMPUTE_STREAM},
+        }
+    )
+    kernels = [("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", t0, spec.copy_us, 7)]
+    each = spec.compute_us / COMPUTE_KERNELS
+    start = t0 + spec.copy_us
+    for k in range(COMPUTE_KERNELS):
+        name = f"void at::native::elementwise_kernel<128, {k}>(int, float*)"
+        kernels.append(("kernel", name, start + k * each, each, COMPUTE_STREAM))
+    comm_start = start + spec.compute_us - spec.overlap_us
+    comm = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+    kernels.append(("kernel", comm, comm_start, spec.comm_us, COMM_STREAM))
+    for cat, name, ts, dur, stream in kernels:
+        corr += 1
+        launch = "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel"
+        out.append(_host(launch, "cuda_runtime", ts - HOST_LEAD_US, 5.0, correlation=corr))
+        out.append(
+            {
+                "ph": "X",
+                "cat": cat,
+                "name": name,
+                "pid": 0,
+                "tid": stream,
+                "ts": ts,
+                "dur": dur,
+                "args": {
+                    "device": 0,
+                    "stream": stream,
+                    "correlation": corr,
+                    "External id": corr,
+                },
+            }
+        )
+        out.append(
+            {
+                "ph": "f",
+                "id": corr,
+                "pid": 0,
+                "tid": stream,
+                "ts": ts,
+                "cat": "ac2g",
+                "name": "ac2g",
+                "bp": "e",
+            }
+        )
+    return out
+
+
+def _host(name: str, cat: str, ts: float, dur: float, **args: Any) -> dict[str, Any]:
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 1,
+        "tid": 1,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
+
+
+def _cpu_step(spec: RankSpec, t0: float) -> list[dict[str, Any]]:
+    """A gloo rank's step: the copy and compute as aten:: operators on the main thread, the
+    all-reduce as ``gloo:all_reduce`` on the communication thread."""
+    out = [_op("aten::copy_", t0, spec.copy_us, 1)]
+    each = spec.compute_us / COMPUTE_KERNELS
+    for k in range(COMPUTE_KERNELS):
+        out.append(_op("aten::addmm", t0 + spec.copy_us + k * each, each, 1))
+    comm_start = t0 + spec.copy_us + spec.compute_us - spec.overlap_us
+    out.append(_op("gloo:all_reduce", comm_start, spec.comm_us, 2))
+    return out
+
+
+def _op(name: str, ts: float, dur: float, tid: int) -> dict[str, Any]:
+    return {
+        "ph": "X",
+        "cat": "cpu_op",
+        "name": name,
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": {"External id": 1},
+    }
+
+
+def document(spec: RankSpec) -> dict[str, Any]:
+    """The whole trace of one rank, as PyTorch writes it."""
+    return {**document_meta(spec), "traceEvents": events(spec)}
+
+
+def document_meta(spec: RankSpec) -> dict[str, Any]:
+    """The top-level keys of a trace, its events left out."""
+    gpu = spec.device == "gpu"
+    return {
+        "schemaVersion": 1,
+        "deviceProperties": [{"id": 0, "name": "NVIDIA H100", "totalGlobalMem": 85e9}]
+        if gpu
+        else [],
+        "distributedInfo": {
+            "backend": "nccl" if gpu else "gloo",
+            "rank": spec.rank,
+            "world_size": spec.world_size,
+        },
+        "traceName": f"worker_{spec.rank}",
+        "baseTimeNanoseconds": BASE_NS,
+    }
+
+
+def write(spec: RankSpec, folder: Path, gz: bool = False, stamp: int = 1) -> Path:
+    """Write ``worker_<rank>.<stamp>.pt.trace.json`` (``.gz`` when ``gz``) into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"worker_{spec.rank}.{stamp}.pt.trace.json"
+    head = {k: v for k, v in document_meta(spec).items() if k != "baseTimeNanoseconds"}
+    with (
+        gzip.open(path.with_name(path.name + ".gz"), "wt", encoding="utf-8")
+        if gz
+        else open(path, "w", encoding="utf-8")
+    ) as fh:
+        fh.write(json.dumps(head)[:-1] + ', "traceEvents": [')
+        sep = ""
+        for step in range(-1, spec.steps):
+            for event in step_events(spec, step):
+                fh.write(sep + json.dumps(event))
+                sep = ",\n"
+        tail = {"traceName": f"worker_{spec.rank}", "baseTimeNanoseconds": BASE_NS}
+        fh.write("], " + json.dumps(tail)[1:])
+    return path.with_name(path.name + ".gz") if gz else path
+
+
+def truth(spec: RankSpec) -> dict[str, float]:
+    """What the analysis must find for ``spec``, in seconds and percent (last step left out)."""
+    k = spec.steps - 1 if spec.steps > 1 else 1
+    overlap = min(spec.overlap_us, spec.comm_us)
+    tail = max(spec.comm_us - spec.overlap_us, 0.0)
+    busy_step = spec.copy_us + spec.compute_us + tail
+    span = (k - 1) * spec.step_us + busy_step
+    compute, comm, memory = k * spec.compute_us, k * spec.comm_us, k * spec.copy_us
+    idle = span - k * busy_step
+    exposed = comm - k * overlap
+    return {
+        "steps": k,
+        "span_s": span / 1e6,
+        "compute_s": compute / 1e6,
+        "communication_s": comm / 1e6,
+        "memory_s": memory / 1e6,
+        "idle_s": idle / 1e6,
+        "exposed_communication_s": exposed / 1e6,
+        "compute_pct": 100 * compute / span,
+        "idle_pct": 100 * idle / span,
+        "non_compute_pct": 100 * (span - compute - idle) / span,
+        "overlap_pct": 100 * overlap / spec.comm_us if spec.comm_us else float("nan"),
+    }

@@ -1,0 +1,94 @@
+"""``analyze-traces`` output: one table of ranks, the stragglers and the warnings, as plain text,
+markdown or JSON (the layout's writers do the escaping; JSON keeps values raw)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from itwin_report.render.layout import Layout, Notes, Table
+from itwin_report.util.escape import MAX_LINE, shorten
+from itwin_report.util.masking import mask_text
+
+if TYPE_CHECKING:
+    from itwin_report.traces.analyze import TraceSet
+
+SCHEMA = "itwin-report-traces/1"
+FORMATS = ("table", "json", "markdown")
+# (JSON name, header, format); seconds as s, percentages of the span (overlap: of communication)
+COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("rank", "Rank", "int"),
+    ("device", "Device", "text"),
+    ("steps", "Steps", "int"),
+    ("span_s", "Span", "s"),
+    ("compute_s", "Compute", "s"),
+    ("communication_s", "Comm", "s"),
+    ("exposed_communication_s", "Exposed comm", "s"),
+    ("memory_s", "Memory", "s"),
+    ("idle_s", "Idle", "s"),
+    ("compute_pct", "Compute %", "pct"),
+    ("non_compute_pct", "Non-compute %", "pct"),
+    ("idle_pct", "Idle %", "pct"),
+    ("overlap_pct", "Overlap %", "pct"),
+    ("file", "File", "text"),
+)
+
+
+def _cell(value: Any, kind: str) -> str:
+    if value is None:
+        return "n/a"
+    if kind == "int":
+        return str(int(value))
+    if kind == "s":
+        return f"{value:.4f} s"
+    if kind == "pct":
+        return f"{value:.2f}"
+    return str(value)
+
+
+def layout(traces: TraceSet) -> Layout:
+    """The ranks table (files shown by name), then stragglers and warnings."""
+    rows = []
+    for rank in traces.ranks:
+        row = rank.row()
+        row["file"] = Path(str(row["file"])).name
+        rows.append([shorten(mask_text(_cell(row[n], k))) for n, _, k in COLUMNS])
+    straggling = [shorten(mask_text(str(s["text"])), MAX_LINE) for s in traces.stragglers]
+    blocks: list[Any] = [
+        Table(
+            "traces",
+            "Where the device time goes, per rank",
+            [h for _, h, _ in COLUMNS],
+            rows,
+            [k != "text" for _, _, k in COLUMNS],
+            "No trace analysed.",
+            Notes(
+                "Stragglers", straggling or ["none: no rank lags the others beyond their spread"]
+            ),
+        )
+    ]
+    if traces.warnings:
+        items = [shorten(mask_text(str(w)), MAX_LINE) for w in traces.warnings]
+        blocks.append(Notes("Warnings", items, warning=True))
+    return Layout(blocks)
+
+
+def write(traces: TraceSet, fmt: str) -> str:
+    """``traces`` in ``fmt`` (one of :data:`FORMATS`)."""
+    if fmt == "json":
+        from itwin_report import __version__
+
+        body = {
+            "tool": {"name": "itwin-report", "version": __version__},
+            "schema_version": SCHEMA,
+            **traces.to_dict(),
+        }
+        return json.dumps(body, indent=2, allow_nan=False) + "\n"
+    if fmt == "markdown":
+        from itwin_report.render import markdown
+
+        return markdown.write(layout(traces))
+    from itwin_report.render import plain
+
+    return plain.write(layout(traces))

@@ -1,0 +1,28 @@
+"""Profiler traces: a streaming reader of PyTorch (Kineto) Chrome traces, per-rank timelines
+by Holistic Trace Analysis's definitions, and the stragglers among the ranks of a job.
+
+``analyze_traces(paths)`` is the entry point; :mod:`itwin_report.traces.timeline` states the
+rules. Light on import: numpy and ijson are loaded by the modules that use them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_EXPORTS = {
+    "TraceSet": "itwin_report.traces.analyze",
+    "analyze_traces": "itwin_report.traces.analyze",
+    "RankTimeline": "itwin_report.traces.timeline",
+    "read_trace": "itwin_report.traces.reader",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        import importlib
+
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(name)
+
+
+__all__ = sorted(_EXPORTS)
