@@ -26,6 +26,10 @@ Query = Callable[[str, dict[str, Any]], pd.DataFrame]
 
 WANTED_TABLE = "itwin_report_wanted"
 SYSTEM_PREFIX = "system/gpu_"  # MLflow's own system metrics, per GPU
+# every key starting with SYSTEM_PREFIX, as a range an index on the key can answer ("`" follows
+# "_"); unlike LIKE, exact about case and "_"
+SYSTEM_RANGE = (SYSTEM_PREFIX, SYSTEM_PREFIX[:-1] + "`")
+SYSTEM_PROBE = "SELECT 1 FROM metrics WHERE key >= ? AND key < ? LIMIT 1"
 FETCH_ROWS = 200_000  # rows per fetch when reading columns into arrays
 KEY_SLOTS = 8  # room for the codes of METRIC_KEYS
 WANTED_SETUP = (
@@ -218,12 +222,14 @@ class SqlReader:
         bad = np.isnan(table[:, 2])
         del table
         frame = self._drop_bad(frame, bad)
+        if not self._sqlite.execute(SYSTEM_PROBE, SYSTEM_RANGE).fetchall():
+            return frame  # no system metrics anywhere in the store: no query per run
         system = pd.read_sql(
             f"SELECT m.run_uuid AS run_id, m.key AS key, m.step AS step, {value} AS value, "
             f"m.timestamp AS timestamp, NOT ({numeric}) AS bad FROM {WANTED_TABLE} w "
-            "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key LIKE ?",
+            "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key >= ? AND m.key < ?",
             self._sqlite,
-            params=[f"{SYSTEM_PREFIX}%"],
+            params=list(SYSTEM_RANGE),
         )
         if system.empty:
             return frame
