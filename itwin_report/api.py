@@ -68,16 +68,28 @@ def build(
     rate_config: tuple[str, int] | None = None,
     fail_under_efficiency: float | None = None,
     gate_on: str = "epoch-time",
+    pue: float | None = None,
+    carbon_intensity: float | None = None,
+    gpu_hour_price: float | None = None,
+    currency: str = "",
+    gpus_per_node: int | None = None,
+    max_energy_per_speedup: float | None = None,
+    deadline_hours: float | None = None,
+    epochs: int | None = None,
 ) -> Report:
     """Aggregate loaded runs into a :class:`Report` (pure: no I/O): the report's tables as
     DataFrames, with ``to_json()``, ``to_text()``, ``to_html()``, ``figures()`` and a Jupyter
     display.
 
     The options are the report command's; with ``fail_under_efficiency`` the report carries the
-    gate's verdict (``report.gate``) instead of raising.
+    gate's verdict (``report.gate``) instead of raising. The energy and cost options
+    (``pue``, ``carbon_intensity``, ``gpu_hour_price``, ``currency``, ``gpus_per_node``,
+    ``max_energy_per_speedup``, ``deadline_hours`` with ``epochs``) are the command's too: a
+    value out of range raises a ReportError with exit code 2.
     """
     from itwin_report.render.notebook import Report
     from itwin_report.report import build_report
+    from itwin_report.report.cost import CostFactors
 
     gate = None if fail_under_efficiency is None else (float(fail_under_efficiency), gate_on)
     report = build_report(
@@ -90,6 +102,9 @@ def build(
         scaling=scaling,
         predict_workers=[int(w) for w in predict],
         gate=gate,
+        costs=CostFactors(pue, carbon_intensity, gpu_hour_price, currency, gpus_per_node),
+        max_energy_per_speedup=max_energy_per_speedup,
+        deadline=(deadline_hours, epochs),
     )
     return Report.of(report)
 

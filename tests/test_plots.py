@@ -53,7 +53,7 @@ def test_all_figures_present(figs) -> None:
     _, figures = figs
     assert list(figures) == [
         "epoch_time", "speedup", "efficiency", "computation",
-        "gpu_energy", "gpu_utilization", "throughput", "rates",
+        "gpu_energy", "gpu_utilization", "throughput", "rates", "pareto",
     ]  # fmt: skip
 
 
@@ -204,8 +204,9 @@ def test_store_values_never_name_files_and_stay_literal(tmp_path: Path) -> None:
     legend = [t.get_text() for t in figures["epoch_time"].axes[0].get_legend().get_texts()]
     paths = save_figures(figures, tmp_path / "plots", "svg")
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == sorted(p.name for p in paths)
-    assert {p.stem for p in paths} == {"epoch_time", "speedup", "efficiency", "gpu_energy"}
-    assert [p.parent for p in paths] == [tmp_path / "plots"] * 4
+    stems = {"epoch_time", "speedup", "efficiency", "gpu_energy", "pareto"}
+    assert {p.stem for p in paths} == stems
+    assert [p.parent for p in paths] == [tmp_path / "plots"] * 5
     # "$" escaped so matplotlib shows it instead of starting mathtext
     assert sorted(legend) == sorted(h.replace("$", "\\$") for h in HOSTILE)
 
@@ -226,6 +227,7 @@ def test_missing_plots_say_why() -> None:
         "gpu_utilization": "no GPU metrics",
         "throughput": "no throughput data",
         "rates": "no run logged Rate/GlobalRate metrics",
+        "pareto": "no GPU metrics",
     }
 
 

@@ -50,10 +50,16 @@ def hand_report() -> Report:
             "energy_wh": [41.25, 44.0],
             "energy_wh_per_epoch": [13.75, NAN],
             "energy_coverage": [1.0, 0.25],  # 8 workers, 2 measured: 44 Wh is an estimate (~)
+            "energy_source": ["power samples", "energy counter"],
             "utilization_pct": [93.5, 71.0],
             "avg_power_w": [250.0, 240.5],
+            "gpu_hours_per_epoch": [0.0125, 0.0133],
+            "gpu_hours_per_run": [0.05, 0.04],
+            "nodes": [1.0, 2.0],
+            "node_hours_per_epoch": [0.0031, 0.0033],
+            "energy_wh_per_1k_samples": [0.55, NAN],
         }
-    )
+    ).reindex(columns=next(s for s in TABLES if s.name == "gpu").names)
     throughput = pd.DataFrame(
         {
             "strategy": ["ddp", "ddp"],
@@ -162,11 +168,10 @@ def test_one_definition_per_table() -> None:
         assert list(frame.columns) == spec.names, spec.name
         # JSON pairs the interval bounds: epoch_time_speedup_ci = [low, high], and so on
         keys = [c.key for c in spec.columns if not c.key.endswith(("_ci_low", "_ci_high"))]
-        keys += (
-            ["epoch_time_speedup_ci", "epoch_time_efficiency_ci"]
-            if spec.name == "epoch_time"
-            else []
-        )
+        keys += {
+            "epoch_time": ["epoch_time_speedup_ci", "epoch_time_efficiency_ci"],
+            "gpu": ["energy_wh_per_epoch_ci", "gpu_hours_per_epoch_ci"],
+        }.get(spec.name, [])
         for row in obj[spec.name]:
             assert list(row) == keys
         if len(frame):
@@ -249,7 +254,8 @@ def test_styled_table_never_interprets_markup() -> None:
 def test_markdown_escapes_cells_and_html() -> None:
     md = render(hostile_report(), "markdown")
     rows = [line for line in md.splitlines() if line.startswith("| ")]
-    assert len(rows) == (1 + 11) + (1 + 2) + (1 + 2)  # header + rows: epoch, gpu, throughput
+    # header + rows: epoch, gpu, its cost columns, throughput
+    assert len(rows) == (1 + 11) + (1 + 2) + (1 + 2) + (1 + 2)
     epoch_rows = rows[1:12]
     assert all(line.count(" | ") == 7 for line in epoch_rows)  # 8 cells, no | from a value
     assert "&lt;b&gt;&amp;\\|\\\\" in md and "<b>" not in md

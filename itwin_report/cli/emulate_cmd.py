@@ -187,6 +187,12 @@ runs and about 5 million metric points in all.
     help="Do not log performance/performance.json artifacts (--no-performance-json).",
 )
 @click.option(
+    "--energy-counter",
+    is_flag=True,
+    help="Also log each GPU's cumulative energy counter gpu_energy_J (consistent with its "
+    "power samples) and each rank's hostname and gpu_index params (--energy-counter).",
+)
+@click.option(
     "--itwinai-only",
     is_flag=True,
     help="Log only what itwinai 0.4.2 logs: no Rate metrics, performance.json, "
@@ -234,6 +240,7 @@ def emulate_command(
     truth_path: str | None,
     append: bool,
     no_performance_json: bool,
+    energy_counter: bool,
     itwinai_only: bool,
     scaling: str,
     artifact_root: str | None,
@@ -265,6 +272,7 @@ def emulate_command(
         append=append,
         performance_json=not no_performance_json,
         itwinai_only=itwinai_only,
+        energy_counter=energy_counter,
         scaling=scaling,
     )
     options.params()  # fail on bad options before touching the store

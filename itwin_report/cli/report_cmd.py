@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -61,6 +62,20 @@ def _finite(value: float | None, param: click.Parameter) -> float | None:
     if value is not None and not (value - value == 0):
         raise click.BadParameter(f"{value} is not a finite number", param=param)
     return value
+
+
+def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A callback refusing values outside ``name``'s range (data/validate.py's OPTION_RANGES)."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        from itwin_report.data.validate import check_option
+
+        problem = "" if value is None else check_option(name, value)
+        if problem:
+            raise click.BadParameter(problem, param=param)
+        return value
+
+    return check
 
 
 @click.command("generate-scalability-report")
@@ -173,6 +188,64 @@ def _finite(value: float | None, param: click.Parameter) -> float | None:
     "scaling models (e.g. 64,128).",
 )
 @click.option(
+    "--pue",
+    type=float,
+    metavar="X",
+    callback=_in_range("pue"),
+    help="Power usage effectiveness of the facility (1 to 5): adds facility energy per epoch "
+    "and per run (GPU energy x X). Not given: no facility energy is shown.",
+)
+@click.option(
+    "--carbon-intensity",
+    type=float,
+    metavar="G_PER_KWH",
+    callback=_in_range("carbon_intensity"),
+    help="Grams of CO2e per kWh of the grid (0 to 2000): adds CO2e per epoch and per run "
+    "(of facility energy when --pue is given).",
+)
+@click.option(
+    "--gpu-hour-price",
+    type=float,
+    metavar="P",
+    callback=_in_range("gpu_hour_price"),
+    help="Price of one GPU-hour: adds the cost per epoch and per run (GPU-hours x P).",
+)
+@click.option(
+    "--currency",
+    metavar="CODE",
+    help="Currency of --gpu-hour-price, shown in the cost headers (e.g. EUR).",
+)
+@click.option(
+    "--gpus-per-node",
+    type=int,
+    metavar="N",
+    callback=_in_range("gpus_per_node"),
+    help="GPUs per node, for node-hours when the runs log no hostname param on every rank.",
+)
+@click.option(
+    "--max-energy-per-speedup",
+    type=float,
+    metavar="X",
+    callback=_in_range("max_energy_per_speedup"),
+    help="The knee of the time-energy front: a step to a faster configuration is worth it "
+    "while it costs at most X % more energy per 1 % more speed (default 1).",
+)
+@click.option(
+    "--deadline-hours",
+    type=float,
+    metavar="H",
+    callback=_in_range("deadline_hours"),
+    help="With --epochs: name the configuration with the fewest GPU-hours that trains that "
+    "many epochs within H hours.",
+)
+@click.option(
+    "--epochs",
+    type=int,
+    metavar="E",
+    callback=_in_range("epochs"),
+    help="Epochs of the training to plan, with --deadline-hours.",
+)
+@click.option(
     "--strategy-param",
     default="strategy",
     show_default=True,
@@ -207,6 +280,14 @@ def generate_scalability_report(
     rate_config: str | None,
     scaling: str,
     predict: str | None,
+    pue: float | None,
+    carbon_intensity: float | None,
+    gpu_hour_price: float | None,
+    currency: str | None,
+    gpus_per_node: int | None,
+    max_energy_per_speedup: float | None,
+    deadline_hours: float | None,
+    epochs: int | None,
     strategy_param: str,
     workers_param: str,
     quiet: bool,
@@ -227,6 +308,8 @@ def generate_scalability_report(
       itwin-report generate-scalability-report -e emulated-cluster --baseline per-strategy
       itwin-report generate-scalability-report -e emulated-cluster --samples-per-epoch 25000
       itwin-report generate-scalability-report -e emulated-cluster --predict 64,128
+      itwin-report generate-scalability-report -e emulated-cluster --pue 1.2 --gpu-hour-price 2
+      itwin-report generate-scalability-report -e emulated-cluster --deadline-hours 2 --epochs 100
       itwin-report generate-scalability-report --strategy-param distributed_strategy
       itwin-report generate-scalability-report -e emulated-cluster --format html -o r.html
       itwin-report generate-scalability-report -e emulated-cluster --html r.html --no-plots
@@ -234,10 +317,15 @@ def generate_scalability_report(
     from itwin_report import store
     from itwin_report.render import render
     from itwin_report.report import build_report
+    from itwin_report.report.cost import CostFactors
+    from itwin_report.report.decision import check_decision_options
     from itwin_report.report.gate import require_measurements
 
     rate = _parse_rate_config(rate_config)
     targets = _parse_workers(predict)
+    costs = CostFactors(pue, carbon_intensity, gpu_hour_price, currency or "", gpus_per_node)
+    costs.check()
+    check_decision_options(max_energy_per_speedup, deadline_hours, epochs)
     uri = store.resolve_tracking_uri(tracking_uri)
     outputs = {
         "--output": output,
@@ -271,6 +359,9 @@ def generate_scalability_report(
         scaling=scaling,
         predict_workers=targets,
         gate=None if fail_under_efficiency is None else (fail_under_efficiency, gate_on),
+        costs=costs,
+        max_energy_per_speedup=max_energy_per_speedup,
+        deadline=None if deadline_hours is None or epochs is None else (deadline_hours, epochs),
     )
     require_measurements(report)
     wanted = want_page or not no_plots

@@ -16,6 +16,9 @@ strategy            str      ``params.strategy`` (e.g. ``torch-ddp``, ``deepspee
 workers             int      ``params.global_world_size``
 rank                int      ``params.global_rank``
 probing_interval    float    seconds between GPU samples (NaN when not logged)
+hostname            str      ``params.hostname``: the node the worker ran on ("" when not logged)
+gpu_index           str      ``params.gpu_index``: its GPU's index on that node ("" when not logged)
+gpu_uuid            str      ``params.gpu_uuid``: its GPU's UUID ("" when not logged)
 samples_per_epoch   float    ``params.samples_per_epoch`` when logged, else NaN
 batch_size          float    ``params.batch_size`` (samples per batch per worker), else NaN
 status              str      MLflow run status of the worker run (FINISHED, KILLED, ...)
@@ -55,6 +58,7 @@ GPU_UTIL = "gpu_utilization_percent"
 RATE = "local_samples_per_sec"
 GLOBAL_RATE = "avg_samples_per_sec"
 TRAIN_LOSS_EPOCH = "train_loss_epoch"  # step = cumulative batch count of the rank
+GPU_ENERGY = "gpu_energy_J"  # the rank's GPU's cumulative energy counter (NVML), joules
 METRIC_KEYS: tuple[str, ...] = (
     EPOCH_TIME,
     GPU_POWER,
@@ -62,7 +66,11 @@ METRIC_KEYS: tuple[str, ...] = (
     RATE,
     GLOBAL_RATE,
     TRAIN_LOSS_EPOCH,
+    GPU_ENERGY,
 )
+
+# worker-run params naming the GPU a worker's metrics measure (text as logged, "" when absent)
+GPU_IDENTITY: tuple[str, ...] = ("hostname", "gpu_index", "gpu_uuid")
 
 # worker-run params the loader reads
 WORKER_PARAMS: tuple[str, ...] = (
@@ -72,6 +80,7 @@ WORKER_PARAMS: tuple[str, ...] = (
     "probing_interval",
     "samples_per_epoch",
     "batch_size",
+    *GPU_IDENTITY,
 )
 
 # artifacts the report reads, relative to a worker run's artifact root
@@ -89,6 +98,7 @@ RUN_COLUMNS: dict[str, str] = {
     "samples_per_epoch": "float64",
     "batch_size": "float64",
     "status": "str",
+    **{name: "str" for name in GPU_IDENTITY},
 }
 METRIC_COLUMNS: dict[str, str] = {
     "run_id": "str",
@@ -129,7 +139,7 @@ PERFORMANCE_COLUMNS: dict[str, str] = {
 
 # columns a frame may lack (older loaders, hand-built data): filled with these defaults
 OPTIONAL_COLUMNS: dict[str, dict[str, Any]] = {
-    "runs": {"batch_size": float("nan")},
+    "runs": {"batch_size": float("nan"), **{name: "" for name in GPU_IDENTITY}},
     "profiles": {"global_rank": float("nan"), "num_gpus": float("nan"), "csv_strategy": ""},
 }
 FRAMES: dict[str, dict[str, str]] = {

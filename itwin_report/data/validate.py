@@ -23,6 +23,7 @@ samples_per_epoch          > 0 and <= 1e15 (else NaN)
 batch_size                 > 0 and <= 1e15 (else NaN)
 epoch_time_s               > 0 and <= 1e9 (s)
 gpu_power_W                0 .. 1e5 (W)
+gpu_energy_J               0 .. 1e15 (J, a cumulative counter)
 gpu_utilization_percent    0 .. 100
 local/avg_samples_per_sec  0 .. 1e15
 train_loss_epoch step      >= 0 (only its steps are read)
@@ -36,6 +37,9 @@ performance.json           total_samples 0 .. 1e15, total_time > 0 and <= 1e9, r
                            programming_time 0 .. 1e9, samples_per_sec 0 .. 1e15,
                            est_samples_per_sec > 0 and <= 1e15 (else NaN)
 =========================  ==============================================================
+
+The report's options on energy and cost are checked against :data:`OPTION_RANGES` by
+:func:`check_option` (a value outside is bad usage).
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from itwin_report.data.frames import last_of_each, sort_rows
 from itwin_report.data.rundata import (
     EPOCH_TIME,
     GLOBAL_RATE,
+    GPU_ENERGY,
     GPU_POWER,
     GPU_UTIL,
     RATE,
@@ -65,6 +70,7 @@ TABLE_OF_KEY = {
     EPOCH_TIME: "epoch_time",
     GPU_POWER: "gpu",
     GPU_UTIL: "gpu",
+    GPU_ENERGY: "gpu",
     RATE: "throughput",
     GLOBAL_RATE: "throughput",
     TRAIN_LOSS_EPOCH: "throughput",
@@ -103,6 +109,7 @@ METRIC_RANGES: dict[str, Range] = {
     EPOCH_TIME: SECONDS,
     GPU_POWER: Range(0.0, MAX_WATTS),
     GPU_UTIL: Range(0.0, 100.0),
+    GPU_ENERGY: Range(0.0, 1e15),
     RATE: NON_NEGATIVE,
     GLOBAL_RATE: NON_NEGATIVE,
 }
@@ -111,6 +118,28 @@ RUN_VALUES: dict[str, Range] = {
     "samples_per_epoch": POSITIVE,
     "batch_size": POSITIVE,
 }
+# the report's energy and cost options (a value outside is bad usage): option -> (range, unit)
+OPTION_RANGES: dict[str, tuple[Range, str]] = {
+    "pue": (Range(1.0, 5.0), "a power usage effectiveness, facility / IT energy"),
+    "carbon_intensity": (Range(0.0, 2000.0), "g CO2e per kWh"),
+    "gpu_hour_price": (Range(0.0, 1e6), "price per GPU-hour"),
+    "gpus_per_node": (Range(1.0, float(MAX_WORKERS)), "GPUs per node"),
+    "max_energy_per_speedup": (Range(0.0, 1e6, open_low=True), "relative energy per speed"),
+    "deadline_hours": (Range(0.0, 1e6, open_low=True), "hours"),
+    "epochs": (Range(1.0, 1e9), "epochs"),
+}
+
+
+def check_option(name: str, value: float) -> str:
+    """Why ``value`` is no valid ``name`` (an :data:`OPTION_RANGES` key), "" when it is."""
+    valid, unit = OPTION_RANGES[name]
+    if not bool(valid.ok(pd.Series([value], dtype="float64"))[0]):
+        return f"{value:g} is not {valid} ({unit})"
+    if name in ("gpus_per_node", "epochs") and float(value) != int(value):
+        return f"{value:g} is not a whole number"
+    return ""
+
+
 PERFORMANCE_REQUIRED: dict[str, Range] = {
     "total_samples": NON_NEGATIVE,
     "total_time": SECONDS,

@@ -66,6 +66,7 @@ class EmulationOptions:
     append: bool = False
     performance_json: bool = True
     itwinai_only: bool = False  # only what itwinai 0.4.2 logs
+    energy_counter: bool = False  # log gpu_energy_J and each rank's hostname and gpu_index
     scaling: str = "strong"
 
     def validate(self) -> None:
@@ -132,7 +133,8 @@ class EmulationOptions:
                     f"the limit is {MAX_STEPS_PER_JOB} (lower samples_per_epoch or epochs)"
                 )
             seconds = sum(model.epoch_times(q, c.model, c.workers))
-            per_rank = 2 * seconds / q.probing_interval + 2 * steps / q.log_every_steps
+            series = 3 if self.energy_counter else 2  # GPU series per rank
+            per_rank = series * seconds / q.probing_interval + 2 * steps / q.log_every_steps
             points += int(per_rank + 3 * q.epochs) * len(self.log_ranks(c.workers))
         points *= self.repeats
         if points > MAX_POINTS:

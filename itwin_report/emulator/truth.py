@@ -70,6 +70,7 @@ def expected_truth(options: EmulationOptions) -> dict[str, Any]:
         "seed": options.seed,
         "scaling": options.scaling,
         "itwinai_only": options.itwinai_only,
+        "energy_counter": options.energy_counter,
         "params": p.as_dict(),
         "configurations": configs,
     }

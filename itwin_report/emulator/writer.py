@@ -77,6 +77,8 @@ def worker_params(
         batch_size=p.batch_size,
         epochs=p.epochs,
     )
+    if options.energy_counter:
+        out.update(hostname=f"node{rank // p.gpus_per_node:04d}", gpu_index=rank % p.gpus_per_node)
     if not options.itwinai_only:
         out.update(
             samples_per_epoch=p.samples_per_epoch,
@@ -85,6 +87,31 @@ def worker_params(
             scaling=options.scaling,
         )
     return out
+
+
+COUNTER_START_J = 5.0e6  # the counter's reading when a job starts: energy since the driver loaded
+
+
+def energy_counter(
+    points: list[timeline.Point], interval: float, rank: int
+) -> list[timeline.Point]:
+    """``gpu_energy_J`` readings consistent with a rank's ``gpu_power_W`` samples.
+
+    Each power sample stands for one probing interval, so the counter grows by ``watts x
+    interval`` at each sample: a reading one interval before the first sample (step 0), then
+    one with each sample (steps 1..n). The last reading minus the first is then exactly the
+    energy the power samples integrate to.
+    """
+    power = [pt for pt in points if pt[0] == "gpu_power_W"]
+    if not power:
+        return []
+    start = COUNTER_START_J + 1000.0 * rank
+    readings = start + np.concatenate([[0.0], np.cumsum([pt[1] for pt in power]) * interval])
+    stamps = [power[0][2] - round(interval * 1000), *(pt[2] for pt in power)]
+    return [
+        ("gpu_energy_J", float(v), int(t), k)
+        for k, (v, t) in enumerate(zip(readings.tolist(), stamps, strict=True))
+    ]
 
 
 def job_record(job: timeline.Job, p: ModelParams, options: EmulationOptions) -> JobRecord:
@@ -99,6 +126,8 @@ def job_record(job: timeline.Job, p: ModelParams, options: EmulationOptions) -> 
             points = [pt for pt in points if pt[0] not in EXTRA_METRICS]
         elif options.performance_json:
             artifacts[PERFORMANCE_ARTIFACT] = json.dumps(out.performance, indent=2)
+        if options.energy_counter:
+            points = points + energy_counter(points, p.probing_interval, out.rank)
         workers.append(
             RunRecord(
                 name="worker_0 (main)" if out.rank == 0 else f"worker_{out.rank}",

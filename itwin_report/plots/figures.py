@@ -485,3 +485,61 @@ def prediction_figure(report: Report) -> Figure | None:
     ax.set_ylabel("Average epoch time (s)")
     ax.legend(fontsize="small")
     return fig
+
+
+def pareto_figure(report: Report) -> Figure | None:
+    """Epoch time against energy per epoch: one point per configuration, labelled
+    strategy×GPUs, in its strategy's colour; the time–energy front joined, the knee ringed."""
+    from itwin_report.report.decision import points
+
+    decision = getattr(report, "decision", None)
+    if decision is None or decision.pareto.empty:
+        return None
+    analysis = report.analysis
+    runs = analysis.run_means if analysis is not None else report.epoch_time.iloc[:0]
+    pts = [p for p in points(report.epoch_time, report.gpu, runs) if p.energy == p.energy]
+    colors = strategy_colors(report)
+    fig, ax = _figure("Epoch time against energy per epoch (front joined)", right=0.97)
+    for strategy in sorted({p.strategy for p in pts}):
+        mine = [p for p in pts if p.strategy == strategy]
+        ax.scatter(
+            [p.time for p in mine],
+            [p.energy for p in mine],
+            color=colors[strategy],
+            label=label(strategy),
+            zorder=3,
+        )
+    order = {s: i for i, s in enumerate(sorted({p.strategy for p in pts}))}
+    for p in pts:  # each strategy's labels at its own height: near points stay readable
+        ax.annotate(
+            label(f"{p.strategy}×{p.workers}"),
+            (p.time, p.energy),
+            xytext=(5, 8 * order[p.strategy] - 6),
+            textcoords="offset points",
+            fontsize=7,
+        )
+    front = decision.pareto
+    ax.plot(
+        list(front["epoch_time_s"]),
+        list(front["energy_wh_per_epoch"]),
+        color=IDEAL_COLOR,
+        linestyle="--",
+        label="time–energy front",
+        zorder=2,
+    )
+    if decision.knee is not None:
+        knee = next(p for p in pts if p.key == decision.knee)
+        ax.scatter(
+            [knee.time],
+            [knee.energy],
+            s=220,
+            facecolors="none",
+            edgecolors="black",
+            label=label(f"knee: {knee.strategy}×{knee.workers}"),
+            zorder=4,
+        )
+    ax.margins(x=0.15, y=0.1)
+    ax.set_xlabel("Epoch time after warm-up (s)")
+    ax.set_ylabel("Energy per epoch (Wh, all GPUs)")
+    ax.legend(loc="upper right", fontsize=8)
+    return fig

@@ -38,6 +38,7 @@ FIGURES: dict[str, Callable[[Report], Figure | None]] = {
     "throughput": f.throughput_figure,
     "rates": f.rates_figure,
     "prediction": f.prediction_figure,
+    "pareto": f.pareto_figure,
 }
 # figures drawn only when asked for (``--predict``): their absence needs no reason
 _ON_REQUEST = ("prediction",)
@@ -61,6 +62,12 @@ _SOURCES: dict[str, tuple[str, str, str, str]] = {
         "no GPU utilization readings",
     ),
     "throughput": ("throughput", "samples_per_sec", "no throughput data", "no throughput data"),
+    "pareto": (
+        "gpu",
+        "energy_wh_per_epoch",
+        "no GPU metrics",
+        "no configuration has both an epoch time and an energy per epoch",
+    ),
 }
 
 

@@ -66,6 +66,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         out[spec.name] = rows
     out["baseline"] = _masked(report.baseline)
     out["epoch_time"] = [pair_intervals(row) for row in out["epoch_time"]]
+    out["gpu"] = [_paired(row, GPU_INTERVALS) for row in out["gpu"]]
     out.update(json_fields(report))
     out["warnings"] = [mask_text(w) for w in report.warnings]
     out["warning_records"] = [
@@ -74,6 +75,42 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     ]
     gate = getattr(report, "gate", None)
     out["gate"] = None if gate is None else gate.to_dict()
+    out.update(decision_fields(report))
+    return out
+
+
+def _paired(row: dict[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    """``row`` with each ``<name>_ci_low``/``_ci_high`` pair as ``<name>_ci: [low, high]`` (or
+    None), at the end of the row."""
+    out = {k: v for k, v in row.items() if not k.endswith(("_ci_low", "_ci_high"))}
+    for name in names:
+        low, high = row.get(f"{name}_ci_low"), row.get(f"{name}_ci_high")
+        out[f"{name}_ci"] = None if low is None or high is None else [low, high]
+    return out
+
+
+GPU_INTERVALS = ("energy_wh_per_epoch", "gpu_hours_per_epoch")
+
+
+def decision_fields(report: Report) -> dict[str, Any]:
+    """``cost_factors``, ``pareto``, ``pareto_gpu_hours`` and ``recommendation`` (JSON-safe)."""
+    costs, decision = getattr(report, "costs", None), getattr(report, "decision", None)
+    if costs is None and decision is None:  # a report built by hand, without them
+        return {}
+    out: dict[str, Any] = {"cost_factors": None if costs is None else _masked(costs.to_dict())}
+    if decision is None:
+        return out
+    for key, frame in (
+        ("pareto", decision.pareto),
+        ("pareto_gpu_hours", decision.pareto_gpu_hours),
+    ):
+        out[key] = [
+            {k: _plain(v) for k, v in rec.items()}
+            for rec in frame.astype(object).to_dict("records")
+        ]
+    recommendation = _masked(decision.recommendation())
+    recommendation["max_energy_per_speedup"] = _plain(recommendation["max_energy_per_speedup"])
+    out["recommendation"] = recommendation
     return out
 
 

@@ -34,6 +34,7 @@ TABLE_FIGURES: dict[str, tuple[str, ...]] = {
     "gpu": ("gpu_energy", "gpu_utilization"),
     "computation": ("computation",),
     "throughput": ("throughput", "rates"),
+    "pareto": ("pareto",),
 }
 WIDE_TABLE = 8  # tables with more columns than this sit above their plots, not beside them
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from itwin_report.report.specs import TABLES, TableSpec, is_missing
+from itwin_report.report.specs import COST, GPU, TABLES, TableSpec, is_missing
 from itwin_report.util.escape import MAX_LINE, shorten
 from itwin_report.util.masking import mask_text, mask_uri
 from itwin_report.util.notes import like
@@ -125,6 +125,99 @@ def evidence_lines(report: Report) -> list[str]:
     return lines
 
 
+def cost_block(report: Report) -> Table | None:
+    """The GPU table's cost columns as a table of their own; an optional column only when a
+    row has a value (its option was given). None when the GPU table is empty."""
+    records = [{str(k): v for k, v in r.items()} for r in report.gpu.to_dict("records")]
+    if not records:
+        return None
+    keys = [GPU.column("strategy"), GPU.column("workers")]
+    columns = [
+        c
+        for c in GPU.grouped(COST)
+        if not c.optional or any(not is_missing(r.get(c.name)) for r in records)
+    ]
+    costs = getattr(report, "costs", None)
+    currency = f" ({shown(costs.currency)})" if costs is not None and costs.currency else ""
+    headers = [str(c.header) for c in keys]
+    headers += [str(c.header) + (currency if c.name.startswith("cost_") else "") for c in columns]
+    factors = cost_lines(report)
+    return Table(
+        name=COST,
+        heading="Cost per configuration",
+        headers=headers,
+        rows=[[shown(c.cell(r)) for c in (*keys, *columns)] for r in records],
+        right=[c.right for c in (*keys, *columns)],
+        empty="",
+        notes=Notes("Cost factors", factors) if factors else None,
+    )
+
+
+def cost_lines(report: Report) -> list[str]:
+    """The factors the cost columns use, one line each (none when no factor was given)."""
+    costs = getattr(report, "costs", None)
+    if costs is None:
+        return []
+    lines = []
+    if costs.pue is not None:
+        lines.append(f"PUE {costs.pue:g}: facility energy = GPU energy x {costs.pue:g}.")
+    if costs.carbon_intensity is not None:
+        lines.append(f"Carbon intensity {costs.carbon_intensity:g} g CO2e per kWh.")
+    if costs.gpu_hour_price is not None:
+        unit = f" {shown(costs.currency)}" if costs.currency else ""
+        lines.append(f"Price {costs.gpu_hour_price:g}{unit} per GPU-hour.")
+    if costs.gpus_per_node is not None:
+        lines.append(
+            f"{costs.gpus_per_node} GPUs per node where the runs log no hostname on every rank."
+        )
+    return lines
+
+
+def decision_blocks(report: Report) -> list[Block]:
+    """The time–energy Pareto front (fastest first) and the recommendation's sentences."""
+    decision = getattr(report, "decision", None)
+    if decision is None or (decision.pareto.empty and not decision.sentences):
+        return []
+    epoch, gpu = TABLES[0], GPU
+    fmt = [
+        epoch.column("avg_epoch_time_s").fmt,
+        gpu.column("energy_wh_per_epoch").fmt,
+        gpu.column("gpu_hours_per_epoch").fmt,
+    ]
+    rows = [
+        [shown(str(r["strategy"])), str(int(r["workers"]))]
+        + [
+            f(r[c])
+            for f, c in zip(
+                fmt, ("epoch_time_s", "energy_wh_per_epoch", "gpu_hours_per_epoch"), strict=True
+            )
+        ]
+        for r in decision.pareto.to_dict("records")
+    ]
+    blocks: list[Block] = []
+    if rows:
+        blocks.append(
+            Table(
+                name="pareto",
+                heading="Time–energy Pareto front (fastest first)",
+                headers=[
+                    "Strategy",
+                    "Workers",
+                    "Epoch time",
+                    "Energy per epoch",
+                    "GPU-h per epoch",
+                ],
+                rows=rows,
+                right=[False, True, True, True, True],
+                empty="",
+            )
+        )
+    lines = [shown_line(line) for line in decision.sentences]
+    if lines:
+        blocks.append(Notes("Recommendation", lines))
+    return blocks
+
+
 def analysis_blocks(report: Report) -> list[Block]:
     """Intervals, scaling models, predictions and their sentences (see docs/analysis.md)."""
     from itwin_report.render.analysis import analysis_tables, sentences
@@ -142,8 +235,13 @@ def analysis_blocks(report: Report) -> list[Block]:
 def layout(report: Report) -> Layout:
     """The blocks of ``report`` in the order every writer prints them."""
     blocks: list[Block] = [Title(shown(report.experiment), mask_uri(report.tracking_uri))]
-    blocks += [table_block(report, spec) for spec in TABLES]
+    for spec in TABLES:
+        blocks.append(table_block(report, spec))
+        cost = cost_block(report) if spec is GPU else None
+        if cost is not None:
+            blocks.append(cost)
     blocks += analysis_blocks(report)
+    blocks += decision_blocks(report)
     if report.warnings:
         items = [like(shown_line(w), w) for w in report.warnings]
         blocks.append(Notes(WARNINGS, items, warning=True))

@@ -218,6 +218,9 @@ def summary_sentences(report: Report) -> list[str]:
     else:
         lines = fastest_sentences(report) + efficiency_sentences(report)
     lines += time_sentences(report) + verdict_sentences(report) + energy_sentences(report)
+    decision = getattr(report, "decision", None)
+    if decision is not None:
+        lines += decision.sentences
     return lines
 
 
@@ -258,9 +261,13 @@ def methods_paragraphs(report: Report, warmup: str = "") -> list[str]:
         "summary, a strategy is fastest only when the 95 % intervals of the per-run mean epoch "
         "times separate (Student's t on each configuration's runs); otherwise the strategies "
         "are within noise. Speedup and efficiency intervals are described in docs/analysis.md.",
-        "Energy sums each GPU's power samples times the probing interval; it is averaged over "
-        "runs, never summed across them. Utilization is the share of time a kernel ran, so "
-        "communication kernels count as busy.",
+        "Energy is read from each GPU's cumulative energy counter when the runs log it "
+        "(gpu_energy_J: last reading minus first, resets handled), else it sums the GPU's power "
+        "samples times the probing interval; a GPU that several ranks report counts once; it "
+        "is averaged over runs, never summed across them. The recommendation walks the "
+        "time–energy Pareto front from its most frugal configuration towards the fastest while "
+        "each step's extra energy is worth its extra speed (docs/energy.md). Utilization is "
+        "the share of time a kernel ran, so communication kernels count as busy.",
         "Throughput comes, per strategy, from the most preferred source that covers all its "
         "configurations: performance.json, then the logged rate metrics, then epoch time and "
         "samples per epoch. The input-bottleneck verdict compares achieved with estimated "

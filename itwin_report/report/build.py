@@ -20,6 +20,8 @@ from itwin_report.data.rundata import RunData
 from itwin_report.report.baseline import AUTO, BASELINES, Baseline
 from itwin_report.report.common import normalized
 from itwin_report.report.computation import computation_table
+from itwin_report.report.cost import CostFactors, add_costs
+from itwin_report.report.decision import check_decision_options, decide_costs
 from itwin_report.report.epoch_time import epoch_time_table, run_means_table
 from itwin_report.report.gate import evaluate
 from itwin_report.report.gpu import gpu_table
@@ -43,12 +45,16 @@ def build_report(
     scaling: str = "auto",
     predict_workers: list[int] | None = None,
     gate: tuple[float, str] | None = None,
+    costs: CostFactors | None = None,
+    max_energy_per_speedup: float | None = None,
+    deadline: tuple[float | None, int | None] | None = None,
 ) -> Report:
     """Aggregate ``data`` into a :class:`Report`; raises ``ReportError`` on bad options.
 
     ``baseline``: ``auto`` (the single-GPU run when there is one, else per strategy),
     ``single-gpu`` or ``per-strategy``. ``samples_per_epoch`` states the samples per epoch of
-    every run for the epoch-time throughput.
+    every run for the epoch-time throughput. ``costs``: the cost factors (none assumed);
+    ``max_energy_per_speedup`` sets the knee's threshold; ``deadline``: (hours, epochs).
     """
     if warmup_epochs < 0:
         raise ReportError(f"warm-up epochs must be >= 0, got {warmup_epochs}")
@@ -63,6 +69,10 @@ def build_report(
         raise ReportError(f"unknown scaling {scaling!r}; use one of {', '.join(MODES)}")
     if predict_workers and min(predict_workers) < 1:
         raise ReportError("worker counts to predict must be >= 1")
+    costs = costs or CostFactors()
+    costs.check()
+    hours, epochs = deadline or (None, None)
+    check_decision_options(max_energy_per_speedup, hours, epochs)
     data = normalized(data)
     epoch, w_epoch, used = epoch_time_table(data, warmup_epochs, baseline)
     runs = run_means_table(data, warmup_epochs)
@@ -76,6 +86,8 @@ def build_report(
     )
     analysis = analyse(epoch, thr, runs, mode, note, predict_workers or [], _samples(data))
     analysis.efficiency_note = efficiency_gap(epoch, thr)
+    gpu = add_costs(gpu, epoch, runs, data, costs, samples_per_epoch)
+    decision = decide_costs(epoch, gpu, runs, max_energy_per_speedup, hours, epochs)
     series, config, w_series = rate_series(data, rate_config)
     notes = _baseline_notes(used, thr_used, not thr.empty)
     report = Report(
@@ -101,6 +113,8 @@ def build_report(
         reasons={} if no_gpu is None else {"computation": no_gpu},
         analysis=analysis,
         data=data,
+        costs=costs,
+        decision=decision,
     )
     if gate is not None:
         report.gate = evaluate(report, *gate)

@@ -11,6 +11,8 @@ from itwin_report.data.rundata import RunData
 
 if TYPE_CHECKING:
     from itwin_report.analysis.scaling_models import StrategyModels
+    from itwin_report.report.cost import CostFactors
+    from itwin_report.report.decision import Decision
     from itwin_report.report.gate import GateVerdict
 
 __all__ = ["Analysis", "Report"]
@@ -37,6 +39,8 @@ class Report:
     reasons: dict[str, str] = field(default_factory=dict)
     analysis: Analysis | None = None
     gate: GateVerdict | None = None  # --fail-under-efficiency's verdict, when asked for
+    costs: CostFactors | None = None  # the cost factors given (None: the report predates them)
+    decision: Decision | None = None  # the Pareto front, the knee and the recommendation
     # the loaded data the report was built from (for the page's title block); not compared
     data: RunData | None = field(default=None, repr=False, compare=False)
 

@@ -78,6 +78,8 @@ class Column:
     json_name: str = ""
     description: str = ""
     estimated_by: str = ""  # a coverage column: below 1, the cell is an estimate shown with ~
+    group: str = ""  # a named group of columns printed as a table of its own (e.g. "cost")
+    optional: bool = False  # printed only when some row has a value (an option asked for it)
 
     @property
     def key(self) -> str:
@@ -117,8 +119,12 @@ class TableSpec:
 
     @property
     def shown(self) -> tuple[Column, ...]:
-        """The columns printed in a table, in order."""
-        return tuple(c for c in self.columns if c.header is not None)
+        """The columns printed in a table, in order (a group's columns are printed apart)."""
+        return tuple(c for c in self.columns if c.header is not None and not c.group)
+
+    def grouped(self, group: str) -> tuple[Column, ...]:
+        """The printed columns of ``group``, in order."""
+        return tuple(c for c in self.columns if c.header is not None and c.group == group)
 
     def column(self, name: str) -> Column:
         for col in self.columns:
@@ -164,6 +170,133 @@ def _base_columns() -> tuple[Column, ...]:
 
 SECONDS = number(".2f", " s")
 SPEEDUP = number(".2f", "x")
+COST = "cost"  # the GPU table's cost columns, printed as a table of their own
+
+
+def _interval(name: str, what: str, group: str = "") -> tuple[Column, Column]:
+    """The hidden 95 % interval bounds of column ``name`` (CSV and JSON only)."""
+    return tuple(  # type: ignore[return-value]
+        Column(
+            f"{name}_ci_{end}",
+            "float64",
+            None,
+            number(".4f"),
+            group=group,
+            description=f"{end.capitalize()} bound of the 95 % interval of {what}.",
+        )
+        for end in ("low", "high")
+    )
+
+
+def _cost_columns() -> tuple[Column, ...]:
+    """GPU-hours, node-hours, energy per samples, and the optional facility, CO2e and money."""
+    return (
+        Column(
+            "gpu_hours_per_epoch",
+            "float64",
+            "GPU-h per epoch",
+            number(".4f"),
+            group=COST,
+            description="GPUs x mean epoch time after warm-up / 3600.",
+        ),
+        *_interval("gpu_hours_per_epoch", "GPU-hours per epoch (from epoch time's)", COST),
+        Column(
+            "gpu_hours_per_run",
+            "float64",
+            "GPU-h per run",
+            number(".3f"),
+            group=COST,
+            description="GPUs x the run's training time (the sum of all its epoch times) "
+            "/ 3600, averaged over runs.",
+        ),
+        Column(
+            "nodes",
+            "float64",
+            "Nodes",
+            integer,
+            group=COST,
+            description="Nodes of the job: distinct hostname params of its ranks, else "
+            "GPUs / --gpus-per-node rounded up; unknown otherwise.",
+        ),
+        Column(
+            "node_hours_per_epoch",
+            "float64",
+            "Node-h per epoch",
+            number(".4f"),
+            group=COST,
+            description="Nodes x mean epoch time after warm-up / 3600.",
+        ),
+        Column(
+            "energy_wh_per_1k_samples",
+            "float64",
+            "Energy per 1k samples",
+            number(".3f", " Wh"),
+            group=COST,
+            estimated_by="energy_coverage",
+            description="Energy per epoch / samples per epoch x 1000 (samples per epoch: "
+            "the runs' param or --samples-per-epoch, else throughput x epoch time).",
+        ),
+        Column(
+            "facility_wh_per_epoch",
+            "float64",
+            "Facility energy per epoch",
+            number(".2f", " Wh"),
+            group=COST,
+            optional=True,
+            estimated_by="energy_coverage",
+            description="Energy per epoch x --pue (only with --pue).",
+        ),
+        Column(
+            "facility_wh_per_run",
+            "float64",
+            "Facility energy per run",
+            number(".1f", " Wh"),
+            group=COST,
+            optional=True,
+            estimated_by="energy_coverage",
+            description="Energy per run x --pue (only with --pue).",
+        ),
+        Column(
+            "co2e_g_per_epoch",
+            "float64",
+            "CO2e per epoch",
+            number(".1f", " g"),
+            group=COST,
+            optional=True,
+            estimated_by="energy_coverage",
+            description="(Facility) energy per epoch in kWh x --carbon-intensity (only "
+            "with --carbon-intensity; x PUE when --pue is given).",
+        ),
+        Column(
+            "co2e_g_per_run",
+            "float64",
+            "CO2e per run",
+            number(".1f", " g"),
+            group=COST,
+            optional=True,
+            estimated_by="energy_coverage",
+            description="(Facility) energy per run in kWh x --carbon-intensity.",
+        ),
+        Column(
+            "cost_per_epoch",
+            "float64",
+            "Cost per epoch",
+            number(".2f"),
+            group=COST,
+            optional=True,
+            description="GPU-hours per epoch x --gpu-hour-price (only with that option).",
+        ),
+        Column(
+            "cost_per_run",
+            "float64",
+            "Cost per run",
+            number(".2f"),
+            group=COST,
+            optional=True,
+            description="GPU-hours per run x --gpu-hour-price (only with that option).",
+        ),
+    )
+
 
 EPOCH_TIME = TableSpec(
     "epoch_time",
@@ -245,6 +378,16 @@ GPU = TableSpec(
             "over runs.",
             estimated_by="energy_coverage",
         ),
+        *_interval("energy_wh_per_epoch", "energy per epoch"),
+        Column(
+            "energy_source",
+            "str",
+            "Source",
+            text,
+            right=False,
+            description="Where energy comes from: the GPUs' cumulative energy counter "
+            "(gpu_energy_J, exact), power samples x probing interval, or both (some runs each).",
+        ),
         Column(
             "energy_coverage",
             "float64",
@@ -266,6 +409,7 @@ GPU = TableSpec(
             number(".1f", " W"),
             description="Mean power of one GPU over all samples.",
         ),
+        *_cost_columns(),
     ),
 )
 

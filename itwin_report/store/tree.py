@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from itwin_report.data.rundata import RUN_COLUMNS, WORKER_PARAMS
+from itwin_report.data.rundata import GPU_IDENTITY, RUN_COLUMNS, WORKER_PARAMS
 from itwin_report.data.validate import (
     RANK,
     STRATEGY,
@@ -209,6 +209,9 @@ def select_workers(
     for column in ("probing_interval", "samples_per_epoch", "batch_size"):
         cands[column] = _optional_float(cands, column, names[column], not_numbers)
     warnings += grouped(not_numbers, "{what} in {n} worker run(s) of {runs}")
+    for column in GPU_IDENTITY:  # text as logged, "" when absent
+        given = cands[column].notna()
+        cands[column] = cands[column].where(given, "").astype(str).str.strip()
     cands["job_id"] = cands["parent_id"].where(cands["parent_id"] != "", cands["run_id"])
     warnings.sort()
     if not include_unfinished:

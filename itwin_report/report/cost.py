@@ -1,0 +1,167 @@
+"""The GPU table's cost columns: GPU-hours, node-hours, energy per samples, and, when asked,
+facility energy (``--pue``), CO2e (``--carbon-intensity``) and money (``--gpu-hour-price``).
+
+Nothing is assumed: a factor not given leaves its columns empty, and node-hours are unknown
+unless the runs log their ``hostname`` or ``--gpus-per-node`` is given.
+
+* GPU-hours per epoch = GPUs x mean epoch time after warm-up / 3600 (its 95 % interval from
+  the per-run mean epoch times); per run = GPUs x the run's training time (the sum of all its
+  epoch times) / 3600, averaged over runs.
+* Nodes of a job: the distinct ``hostname`` params of its ranks when every rank logged one,
+  else GPUs / ``--gpus-per-node`` rounded up. Node-hours per epoch = nodes x epoch time / 3600.
+* Energy per 1,000 samples = energy per epoch / samples per epoch x 1000 (samples per epoch as
+  the throughput table reads them: ``--samples-per-epoch``, the param, or batches x batch size).
+* Facility energy = energy x PUE; CO2e (g) = (facility) energy in kWh x g CO2e per kWh;
+  money = GPU-hours x price per GPU-hour.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from itwin_report.analysis.intervals import mean_interval, run_groups
+from itwin_report.data.rundata import RunData
+from itwin_report.data.validate import check_option
+from itwin_report.report.epoch_time import epoch_points
+from itwin_report.report.throughput import samples_per_epoch
+from itwin_report.util.errors import EXIT_USAGE, ReportError
+
+
+class BadOption(ReportError):
+    """An energy or cost option outside its valid range: bad usage."""
+
+    exit_code = EXIT_USAGE
+
+
+MAX_CURRENCY = 8
+
+
+@dataclass(frozen=True)
+class CostFactors:
+    """The factors a report's costs are computed with; None: not given (nothing assumed)."""
+
+    pue: float | None = None
+    carbon_intensity: float | None = None  # g CO2e per kWh
+    gpu_hour_price: float | None = None
+    currency: str = ""
+    gpus_per_node: int | None = None
+
+    def check(self) -> None:
+        """BadOption naming the first factor outside its range (see data/validate.py)."""
+        for name, option in (
+            ("pue", "--pue"),
+            ("carbon_intensity", "--carbon-intensity"),
+            ("gpu_hour_price", "--gpu-hour-price"),
+            ("gpus_per_node", "--gpus-per-node"),
+        ):
+            value = getattr(self, name)
+            problem = "" if value is None else check_option(name, value)
+            if problem:
+                raise BadOption(f"{option}: {problem}")
+        if self.currency and not currency_ok(self.currency):
+            raise BadOption(
+                f"--currency: expected 1 to {MAX_CURRENCY} letters or a currency sign, "
+                f"e.g. EUR, got {self.currency!r}"
+            )
+        if self.currency and self.gpu_hour_price is None:
+            raise BadOption("--currency needs --gpu-hour-price")
+
+    def to_dict(self) -> dict[str, object]:
+        """The factors as the JSON report's ``cost_factors``."""
+        return asdict(self)
+
+
+def currency_ok(text: str) -> bool:
+    """A currency code or sign: 1 to 8 printable characters, no space or control character."""
+    return 0 < len(text) <= MAX_CURRENCY and all(c.isprintable() and not c.isspace() for c in text)
+
+
+def _job_frame(data: RunData, given_spe: float | None) -> pd.DataFrame:
+    """Per job: configuration, training time (sum of all epoch times), samples per epoch."""
+    jobs = data.runs.drop_duplicates("job_id").set_index("job_id")[["strategy", "workers"]]
+    times = epoch_points(data).groupby("job_id")["value"].sum()
+    jobs = jobs.assign(train_s=times.reindex(jobs.index))
+    spe, _ = samples_per_epoch(data, given_spe)
+    jobs["spe"] = spe.set_index("job_id")["samples_per_epoch"].reindex(jobs.index)
+    jobs["nodes"] = _nodes(data, jobs)
+    return jobs
+
+
+def _nodes(data: RunData, jobs: pd.DataFrame) -> pd.Series:
+    """Per job: distinct hostnames when every rank logged one; NaN otherwise (filled later)."""
+    runs = data.runs
+    named = runs[runs["hostname"] != ""]
+    hosts = named.groupby("job_id")["hostname"].nunique()
+    ranks = named.groupby("job_id")["rank"].nunique()
+    complete = ranks.reindex(jobs.index) == jobs["workers"]
+    return hosts.reindex(jobs.index).where(complete).astype("float64")
+
+
+def add_costs(
+    gpu: pd.DataFrame,
+    epoch: pd.DataFrame,
+    run_means: pd.DataFrame,
+    data: RunData,
+    factors: CostFactors,
+    given_spe: float | None = None,
+) -> pd.DataFrame:
+    """The GPU table with its cost columns filled (rows of configurations it has)."""
+    if gpu.empty:
+        return gpu
+    jobs = _job_frame(data, given_spe)
+    if factors.gpus_per_node is not None:
+        fill = np.ceil(jobs["workers"] / factors.gpus_per_node)
+        jobs["nodes"] = jobs["nodes"].fillna(fill)
+    times = {
+        (str(s), int(w)): float(t)
+        for s, w, t in zip(
+            epoch["strategy"], epoch["workers"], epoch["avg_epoch_time_s"], strict=True
+        )
+    }
+    per_run = run_groups(run_means)
+    out = gpu.copy()
+    for i, row in out.iterrows():
+        key = (str(row["strategy"]), int(row["workers"]))
+        workers = key[1]
+        mine = jobs[(jobs["strategy"] == key[0]) & (jobs["workers"] == workers)]
+        t = times.get(key, math.nan)
+        _, low, high = mean_interval(per_run.get(key, np.array([])))
+        spe = _mean(mine["spe"])
+        values = {
+            "gpu_hours_per_epoch": workers * t / 3600.0,
+            "gpu_hours_per_epoch_ci_low": workers * low / 3600.0,
+            "gpu_hours_per_epoch_ci_high": workers * high / 3600.0,
+            "gpu_hours_per_run": workers * _mean(mine["train_s"]) / 3600.0,
+            "nodes": _mean(mine["nodes"]),
+            "node_hours_per_epoch": _mean(mine["nodes"]) * t / 3600.0,
+            "energy_wh_per_1k_samples": 1000.0 * row["energy_wh_per_epoch"] / spe,
+        }
+        values.update(_factored(row, values, factors))
+        for column, value in values.items():
+            out.at[i, column] = value
+    return out
+
+
+def _factored(row: pd.Series, values: dict[str, float], f: CostFactors) -> dict[str, float]:
+    """Facility energy, CO2e and money of one row; only those whose factor is given."""
+    out: dict[str, float] = {}
+    scale = 1.0 if f.pue is None else f.pue
+    epoch_wh, run_wh = row["energy_wh_per_epoch"] * scale, row["energy_wh"] * scale
+    if f.pue is not None:
+        out["facility_wh_per_epoch"], out["facility_wh_per_run"] = epoch_wh, run_wh
+    if f.carbon_intensity is not None:
+        out["co2e_g_per_epoch"] = epoch_wh / 1000.0 * f.carbon_intensity
+        out["co2e_g_per_run"] = run_wh / 1000.0 * f.carbon_intensity
+    if f.gpu_hour_price is not None:
+        out["cost_per_epoch"] = values["gpu_hours_per_epoch"] * f.gpu_hour_price
+        out["cost_per_run"] = values["gpu_hours_per_run"] * f.gpu_hour_price
+    return out
+
+
+def _mean(values: pd.Series) -> float:
+    known = values.dropna()
+    return float(known.mean()) if len(known) else math.nan
