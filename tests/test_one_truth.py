@@ -159,8 +159,13 @@ def test_nothing_measured_is_exit_5(
     lines = result.stderr.strip().splitlines()
     assert (result.exit_code, len(lines)) in {(5, 1), (1, 1)}, (case, result.stderr)
     assert "unexpected" not in result.stderr and result.stdout == ""
-    if case != "all-failed":  # all-failed: the loader already says no finished run matched
-        assert result.exit_code == 5 and "nothing to report" in lines[0]
+    assert result.exit_code == 5 and "nothing to report" in lines[0]
+    why = {
+        "all-warm-up": "is within the 1 warm-up epoch(s)",
+        "all-failed": "skipped 2 unfinished runs",
+        "gate-on-nothing": "is within the 1 warm-up epoch(s)",
+    }[case]
+    assert why in lines[0]
 
 
 def test_gate_fails_on_what_it_cannot_check_and_names_the_efficiency(tmp_path: Path) -> None:

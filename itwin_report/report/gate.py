@@ -92,14 +92,30 @@ def configurations_of(report: Report) -> set[tuple[str, int]]:
 
 def require_measurements(report: Report) -> None:
     """Raise :class:`NothingMeasured` (exit 5) when the report measured no scaling at all:
-    neither an epoch time nor a throughput for any configuration."""
+    neither an epoch time nor a throughput for any configuration. The one line says why."""
     if len(report.epoch_time) or len(report.throughput):
         return
-    what = "no epoch times"
-    if report.warmup_epochs > 0:
-        what += f" after the {report.warmup_epochs} warm-up epoch(s) (--warmup-epochs 0 keeps them)"
-    raise NothingMeasured(
-        f"nothing to report for experiment {report.experiment!r}: {what} and no throughput "
-        "in its finished worker runs"
-        " (--include-unfinished reads failed and running runs too)"
-    )
+    raise NothingMeasured(f"nothing to report for experiment {report.experiment!r}: {_why(report)}")
+
+
+def _why(report: Report) -> str:
+    """What was missing: worker runs (and why they were skipped), epochs, or both sources."""
+    from itwin_report.data.rundata import EPOCH_TIME
+
+    data = report.data
+    skipped = [
+        w
+        for w in (data.warnings if data is not None else [])
+        if getattr(w, "kind", "") == "skipped"
+    ]
+    if data is not None and data.runs.empty:
+        if skipped:
+            return f"no usable worker run; {skipped[0]}"
+        return "it holds no worker runs"
+    epochs = data.metrics[data.metrics["key"] == EPOCH_TIME] if data is not None else None
+    if epochs is not None and len(epochs) and report.warmup_epochs > 0:
+        return (
+            f"every {EPOCH_TIME} point is within the {report.warmup_epochs} warm-up epoch(s) "
+            "(--warmup-epochs 0 keeps them) and no throughput source covers its runs"
+        )
+    return f"no {EPOCH_TIME} metric and no throughput source (performance.json, rate metrics)"
