@@ -18,6 +18,7 @@ from itwin_report.analysis.scaling_models import (
 )
 from itwin_report.data.rundata import RunData
 from itwin_report.report.baseline import AUTO, BASELINES, Baseline
+from itwin_report.report.breakdown import time_breakdown
 from itwin_report.report.common import normalized
 from itwin_report.report.computation import computation_table
 from itwin_report.report.cost import CostFactors, add_costs
@@ -27,6 +28,7 @@ from itwin_report.report.gate import evaluate
 from itwin_report.report.gpu import gpu_table
 from itwin_report.report.model import Analysis, Report
 from itwin_report.report.series import rate_series
+from itwin_report.report.stragglers import metric_stragglers
 from itwin_report.report.throughput import SOURCE_NAMES, throughput_table
 from itwin_report.util.errors import ReportError
 from itwin_report.util.notes import tagged
@@ -90,6 +92,7 @@ def build_report(
     decision = decide_costs(epoch, gpu, runs, max_energy_per_speedup, hours, epochs)
     series, config, w_series = rate_series(data, rate_config)
     notes = _baseline_notes(used, thr_used, not thr.empty)
+    slow = metric_stragglers(data)
     report = Report(
         experiment=data.experiment,
         tracking_uri=data.tracking_uri,
@@ -115,6 +118,8 @@ def build_report(
         data=data,
         costs=costs,
         decision=decision,
+        time_breakdown=time_breakdown(data, thr, epoch, None, slow),
+        stragglers=slow,
     )
     if gate is not None:
         report.gate = evaluate(report, *gate)

@@ -41,6 +41,10 @@ class Report:
     gate: GateVerdict | None = None  # --fail-under-efficiency's verdict, when asked for
     costs: CostFactors | None = None  # the cost factors given (None: the report predates them)
     decision: Decision | None = None  # the Pareto front, the knee and the recommendation
+    # where the time goes per configuration, with its verdict (report/breakdown.py), and the
+    # ranks or nodes that lag the others in the metrics (report/stragglers.py)
+    time_breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)
+    stragglers: pd.DataFrame = field(default_factory=pd.DataFrame)
     # the loaded data the report was built from (for the page's title block); not compared
     data: RunData | None = field(default=None, repr=False, compare=False)
 

@@ -1,0 +1,196 @@
+"""Where the time goes, per configuration, and one verdict on what bounds it.
+
+Per job, then averaged over the configuration's jobs:
+
+* ``wall_s``: the job's wall time (``total_time`` of performance.json, the longest worker's);
+* ``epochs_s``: the sum of its epoch times (all epochs, warm-up included); ``outside_s`` =
+  wall − epochs: set-up and teardown;
+* ``steady_s``: the epochs' samples at the steady-state rate: samples per epoch × epochs /
+  (the steady ``local_samples_per_sec`` of the job's lowest-rank run × workers);
+  ``rest_s`` = epochs − steady: validation, checkpoints and the warm-up's excess;
+* from traces (when given): ``compute_pct``, ``exposed_communication_pct`` and ``idle_pct`` of
+  the device span, averaged over the configuration's ranks.
+
+``bound_by`` is decided in this order, each with the numbers that decide it in ``evidence``:
+``a straggler`` (one named by traces or metrics), ``the input pipeline`` (the throughput
+table's verdict), ``fixed per-epoch overhead`` (wall time outside steady steps at least
+:data:`OVERHEAD_SHARE`), ``communication`` (exposed communication at least
+:data:`EXPOSED_SHARE` of the span, or without traces an epoch-time efficiency under
+:data:`EFFICIENCY_FLOOR`), else ``computation``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+from itwin_report.data.rundata import EPOCH_TIME, RATE, RunData
+from itwin_report.report.common import configurations
+from itwin_report.report.rates import steady_rate_of
+
+OVERHEAD_SHARE = 0.25
+EXPOSED_SHARE = 0.20
+EFFICIENCY_FLOOR = 0.80
+COLUMNS = [
+    "strategy",
+    "workers",
+    "runs",
+    "wall_s",
+    "epochs_s",
+    "outside_s",
+    "steady_s",
+    "rest_s",
+    "compute_pct",
+    "exposed_communication_pct",
+    "idle_pct",
+    "bound_by",
+    "evidence",
+]
+nan = math.nan
+
+
+def job_times(data: RunData) -> pd.DataFrame:
+    """Per job: strategy, workers, wall, epochs and steady-state seconds (NaN when unknown)."""
+    runs = data.runs.drop_duplicates("run_id")
+    metrics = data.metrics.merge(runs[["run_id", "job_id"]], on="run_id")
+    perf = data.performance.merge(runs[["run_id", "job_id"]], on="run_id")
+    rows = []
+    for job, mine in runs.groupby("job_id", sort=True):
+        first = mine.iloc[0]
+        workers = int(first["workers"])
+        points = metrics[metrics["job_id"] == job]
+        epochs = points[points["key"] == EPOCH_TIME]
+        epochs = epochs[epochs["run_id"] == epochs["run_id"].min()] if len(epochs) else epochs
+        walls = perf.loc[perf["job_id"] == job, "total_time"].dropna()
+        rate = _job_rate(points, workers)
+        samples = mine["samples_per_epoch"].dropna()
+        count = len(epochs)
+        steady = (
+            count * float(samples.iloc[0]) / rate
+            if count and len(samples) and rate == rate and rate > 0
+            else nan
+        )
+        rows.append(
+            {
+                "job_id": str(job),
+                "strategy": str(first["strategy"]),
+                "workers": workers,
+                "wall_s": float(walls.max()) if len(walls) else nan,
+                "epochs_s": float(epochs["value"].sum()) if count else nan,
+                "steady_s": steady,
+            }
+        )
+    return pd.DataFrame(
+        rows, columns=["job_id", "strategy", "workers", "wall_s", "epochs_s", "steady_s"]
+    )
+
+
+def _job_rate(points: pd.DataFrame, workers: int) -> float:
+    """The job's steady-state samples per second: the lowest-rank run's steady Rate (the one
+    rule of :mod:`itwin_report.report.rates`) × workers; NaN without Rate points."""
+    rate = points[points["key"] == RATE]
+    if rate.empty:
+        return nan
+    first = rate[rate["run_id"] == rate["run_id"].min()].sort_values("step", kind="stable")
+    value, _ = steady_rate_of(first["step"].to_numpy(float), first["value"].to_numpy(float))
+    return value * workers
+
+
+def time_breakdown(
+    data: RunData,
+    throughput: pd.DataFrame | None = None,
+    epoch: pd.DataFrame | None = None,
+    traces: pd.DataFrame | None = None,
+    stragglers: pd.DataFrame | None = None,
+) -> pd.DataFrame:
+    """The "Where the time goes" table: one row per configuration with its verdict.
+
+    ``traces``: per-rank trace rows with ``strategy``, ``workers`` and the ``analyze-traces``
+    columns; ``stragglers``: rows with ``strategy``, ``workers`` and ``text``.
+    """
+    jobs = job_times(data)
+    rows = []
+    for strategy, workers in configurations(data.runs):
+        mine = jobs[(jobs["strategy"] == strategy) & (jobs["workers"] == workers)]
+        row: dict[str, Any] = {"strategy": strategy, "workers": workers, "runs": len(mine)}
+        for col in ("wall_s", "epochs_s", "steady_s"):
+            row[col] = float(mine[col].mean()) if mine[col].notna().any() else nan
+        row["outside_s"] = row["wall_s"] - row["epochs_s"]
+        row["rest_s"] = row["epochs_s"] - row["steady_s"]
+        row.update(_trace_shares(traces, strategy, workers))
+        row["bound_by"], row["evidence"] = verdict(
+            row,
+            _named(stragglers, strategy, workers),
+            _value(throughput, strategy, workers, "input_bound"),
+            _value(epoch, strategy, workers, "efficiency"),
+        )
+        rows.append(row)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _trace_shares(traces: pd.DataFrame | None, strategy: str, workers: int) -> dict[str, float]:
+    out = {"compute_pct": nan, "exposed_communication_pct": nan, "idle_pct": nan}
+    if traces is None or traces.empty:
+        return out
+    mine = traces[(traces["strategy"] == strategy) & (traces["workers"] == workers)]
+    if mine.empty:
+        return out
+    exposed = 100 * mine["exposed_communication_s"] / mine["span_s"]
+    return {
+        "compute_pct": float(mine["compute_pct"].mean()),
+        "exposed_communication_pct": float(exposed.mean()),
+        "idle_pct": float(mine["idle_pct"].mean()),
+    }
+
+
+def _named(stragglers: pd.DataFrame | None, strategy: str, workers: int) -> list[str]:
+    if stragglers is None or stragglers.empty:
+        return []
+    mine = stragglers[(stragglers["strategy"] == strategy) & (stragglers["workers"] == workers)]
+    return [str(t) for t in mine["text"]]
+
+
+def _value(table: pd.DataFrame | None, strategy: str, workers: int, column: str) -> Any:
+    if table is None or table.empty or column not in table:
+        return None
+    mine = table[(table["strategy"] == strategy) & (table["workers"] == workers)]
+    return None if mine.empty else mine.iloc[0][column]
+
+
+def verdict(
+    row: dict[str, Any], stragglers: list[str], input_bound: Any, efficiency: Any
+) -> tuple[str, str]:
+    """(bound_by, evidence) for one configuration's row."""
+    if stragglers:
+        return "a straggler", stragglers[0]
+    if input_bound is True or input_bound == True:  # noqa: E712 - numpy bools too
+        return "the input pipeline", "the throughput table finds it input-bound"
+    wall, steady = row["wall_s"], row["steady_s"]
+    if wall == wall and steady == steady and wall > 0:
+        share = 1 - steady / wall
+        if share >= OVERHEAD_SHARE:
+            outside, rest = row["outside_s"], row["rest_s"]
+            return "fixed per-epoch overhead", (
+                f"{100 * share:.0f} % of the wall time ({wall:.1f} s) is outside steady-state "
+                f"steps: {outside:.1f} s outside the epochs (set-up, teardown), {rest:.1f} s "
+                "inside them (validation, checkpoints, warm-up)"
+            )
+    exposed = row["exposed_communication_pct"]
+    if exposed == exposed:
+        if exposed >= 100 * EXPOSED_SHARE:
+            return "communication", (
+                f"exposed communication is {exposed:.1f} % of the device time "
+                f"(compute {row['compute_pct']:.1f} %, idle {row['idle_pct']:.1f} %)"
+            )
+        return "computation", (
+            f"compute is {row['compute_pct']:.1f} % of the device time, exposed communication "
+            f"{exposed:.1f} %, idle {row['idle_pct']:.1f} %"
+        )
+    if efficiency is not None and efficiency == efficiency and efficiency < EFFICIENCY_FLOOR:
+        return "communication", (
+            f"epoch-time efficiency {100 * efficiency:.0f} % with little overhead outside the "
+            "steps: the loss is inside them (no trace to say how much is exposed communication)"
+        )
+    return "computation", "steady-state steps take most of the wall time and scale"

@@ -1,0 +1,57 @@
+"""Stragglers from metrics: per job whose ranks all log, the rank (or node) whose per-rank
+measures lag the others (:func:`itwin_report.analysis.outliers.lagging` decides).
+
+Measures, each a per-rank mean over the run: GPU utilization and the rank's own samples per
+second (``local_samples_per_sec``; lower is slower), epoch time (higher is slower). Power is
+left out: a rank waiting in a collective draws less, the slow one more, so its direction says
+nothing alone. Nodes come from the ``hostname`` param.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from itwin_report.analysis.outliers import MIN_RANKS, lagging
+from itwin_report.data.rundata import EPOCH_TIME, GPU_UTIL, RATE, RunData
+
+# (metric key, words, unit, lower is slower)
+MEASURES = (
+    (GPU_UTIL, "GPU utilization", " %", True),
+    (RATE, "samples per second of the rank", "", True),
+    (EPOCH_TIME, "epoch time", " s", False),
+)
+COLUMNS = ["strategy", "workers", "job_id", "scope", "ranks", "node", "measure", "ratio", "text"]
+
+
+def metric_stragglers(data: RunData) -> pd.DataFrame:
+    """One row per straggling rank or node per job and measure (empty when none lags)."""
+    runs = data.runs[["run_id", "job_id", "strategy", "workers", "rank", "hostname"]]
+    metrics = data.metrics.merge(runs, on="run_id", how="inner")
+    rows = []
+    for (job, strategy, workers), ranks in runs.groupby(
+        ["job_id", "strategy", "workers"], sort=True
+    ):
+        if ranks["rank"].nunique() < MIN_RANKS:
+            continue
+        nodes = {int(r): str(h) for r, h in zip(ranks["rank"], ranks["hostname"], strict=True)}
+        mine = metrics[metrics["job_id"] == job]
+        for key, words, unit, lower in MEASURES:
+            means = mine[mine["key"] == key].groupby("rank")["value"].mean()
+            if len(means) < MIN_RANKS:
+                continue
+            values = {int(r): float(v) for r, v in zip(means.index, means, strict=True)}
+            for found in lagging(values, words, nodes, lower_is_slower=lower):
+                rows.append(
+                    {
+                        "strategy": str(strategy),
+                        "workers": int(str(workers)),
+                        "job_id": str(job),
+                        "scope": found.scope,
+                        "ranks": list(found.ranks),
+                        "node": found.node,
+                        "measure": words,
+                        "ratio": found.ratio,
+                        "text": found.text(unit),
+                    }
+                )
+    return pd.DataFrame(rows, columns=COLUMNS)
