@@ -73,10 +73,10 @@ def test_table_is_plain_text_when_piped(store: str, tmp_path: Path) -> None:
     rows = [
         line.split() for line in out.splitlines() if line.startswith(("deepspeed ", "torch-ddp "))
     ]
-    # 4 configurations in each of the 4 tables, the GPU table's cost columns and the 95 %
-    # interval table (2 runs each), one Karp–Flatt row per strategy (4 workers against 2),
-    # and the 3 configurations on the time–energy front
-    assert len(rows) == 16 + 4 + 4 + 2 + 3
+    # 4 configurations in each of the 4 tables, the GPU table's cost columns, the time
+    # breakdown and the 95 % interval table (2 runs each), one Karp–Flatt row per strategy
+    # (4 workers against 2), and the 3 configurations on the time–energy front
+    assert len(rows) == 16 + 4 + 4 + 4 + 2 + 3
     assert err == ""  # -q: nothing on stderr
 
 
@@ -97,6 +97,7 @@ def test_json_report_schema(store: str) -> None:
         "gpu",
         "computation",
         "throughput",
+        "time_breakdown",
         "baseline",
         "warnings",
         *("scaling", "scaling_note", "runs", "fastest", "scaling_models", "karp_flatt"),

@@ -166,8 +166,9 @@ def test_every_cell_equals_the_json_report(pages: dict) -> None:
 def test_page_reads_top_to_bottom(pages: dict) -> None:
     page = Page(pages["html"])
     assert page.section_ids == [
-        "summary", "epoch_time", "gpu", "computation", "throughput",
-        "scaling_models", "karp_flatt", "notes", "warnings", "methods",
+        "summary", "epoch_time", "gpu", "cost", "computation", "throughput", "time_breakdown",
+        "scaling_models", "karp_flatt", "scaling-analysis", "pareto", "recommendation",
+        "warnings", "methods",
     ]  # fmt: skip
     text = " ".join(" ".join(page.texts).split())
     assert "Scalability report: scaling" in text

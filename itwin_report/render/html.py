@@ -125,7 +125,7 @@ def render_html(report: Report, context: PageContext, plots: PagePlots | None = 
         elif isinstance(block, Notes) and block.warning:
             parts.append(_list_section("gate", block.title, block.items, warn=True))
         elif isinstance(block, Notes):
-            parts.append(_list_section("notes", block.title, block.items))
+            parts.append(_list_section(_ident(block.title), block.title, block.items))
         elif isinstance(block, Footer):
             footer = block.text
     parts += [_methods(report, footer), "</main>", "</body>", "</html>", ""]
@@ -223,6 +223,12 @@ def _notes(heading: str, lines: list[str], warn: bool = False) -> str:
     cls = "warnings" if warn else "notes"
     items = "".join(f"<li>{text(line)}</li>" for line in lines)
     return f'<div class="{cls}"><h3>{text(heading)}</h3><ul>{items}</ul></div>'
+
+
+def _ident(title: str) -> str:
+    """A section id from a block's title: ``Scaling analysis`` -> ``scaling-analysis``."""
+    words = "".join(c.lower() if c.isascii() and c.isalnum() else " " for c in title).split()
+    return "-".join(words) or "notes"
 
 
 def _warnings_by_table(warnings: list[str]) -> tuple[dict[str, list[str]], list[str]]:

@@ -103,6 +103,8 @@ def table_block(report: Report, spec: TableSpec) -> Table:
     notes = None
     if spec.name == "throughput" and rows:
         notes = Notes("Input-bottleneck evidence", evidence_lines(report))
+    if spec.name == "time_breakdown" and rows:
+        notes = Notes("What bounds each configuration", bound_lines(report))
     return Table(
         name=spec.name,
         heading=spec.heading,
@@ -122,6 +124,20 @@ def evidence_lines(report: Report) -> list[str]:
         word = VERDICT_WORDS[None if is_missing(bound) else bool(bound)]
         name = shown(str(rec["strategy"]))
         lines.append(shown_line(f"{name}-{int(rec['workers'])}: {word} ({rec['evidence']})"))
+    return lines
+
+
+def bound_lines(report: Report) -> list[str]:
+    """One line per configuration: what bounds it and why; then the stragglers named."""
+    lines = []
+    for rec in report.time_breakdown.to_dict("records"):
+        name = shown(str(rec["strategy"]))
+        lines.append(
+            shown_line(f"{name}-{int(rec['workers'])}: {rec['bound_by']} ({rec['evidence']})")
+        )
+    slow = getattr(report, "stragglers", None)
+    if slow is not None and len(slow):
+        lines += [shown_line(f"straggler: {t}") for t in slow["text"]]
     return lines
 
 

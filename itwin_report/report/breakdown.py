@@ -27,27 +27,14 @@ from typing import Any
 import pandas as pd
 
 from itwin_report.data.rundata import EPOCH_TIME, RATE, RunData
-from itwin_report.report.common import configurations
+from itwin_report.report import specs
+from itwin_report.report.common import configurations, finish
 from itwin_report.report.rates import steady_rate_of
 
 OVERHEAD_SHARE = 0.25
 EXPOSED_SHARE = 0.20
 EFFICIENCY_FLOOR = 0.80
-COLUMNS = [
-    "strategy",
-    "workers",
-    "runs",
-    "wall_s",
-    "epochs_s",
-    "outside_s",
-    "steady_s",
-    "rest_s",
-    "compute_pct",
-    "exposed_communication_pct",
-    "idle_pct",
-    "bound_by",
-    "evidence",
-]
+COLUMNS = specs.TIME_BREAKDOWN.names
 nan = math.nan
 
 
@@ -127,7 +114,7 @@ def time_breakdown(
             _value(epoch, strategy, workers, "efficiency"),
         )
         rows.append(row)
-    return pd.DataFrame(rows, columns=COLUMNS)
+    return finish(rows, COLUMNS)
 
 
 def _trace_shares(traces: pd.DataFrame | None, strategy: str, workers: int) -> dict[str, float]:

@@ -43,7 +43,7 @@ class Report:
     decision: Decision | None = None  # the Pareto front, the knee and the recommendation
     # where the time goes per configuration, with its verdict (report/breakdown.py), and the
     # ranks or nodes that lag the others in the metrics (report/stragglers.py)
-    time_breakdown: pd.DataFrame = field(default_factory=pd.DataFrame)
+    time_breakdown: pd.DataFrame = field(default_factory=lambda: _empty("time_breakdown"))
     stragglers: pd.DataFrame = field(default_factory=pd.DataFrame)
     # the loaded data the report was built from (for the page's title block); not compared
     data: RunData | None = field(default=None, repr=False, compare=False)
@@ -64,3 +64,11 @@ class Analysis:
     prediction_notes: list[str]
     fits: list[StrategyModels] = field(default_factory=list)
     efficiency_note: str = ""  # why the two efficiencies differ, when they do beyond noise
+
+
+def _empty(table: str) -> pd.DataFrame:
+    """An empty ``table`` with the columns and dtypes of its spec."""
+    from itwin_report.report.specs import SPECS
+
+    spec = SPECS[table]
+    return pd.DataFrame({c.name: pd.Series(dtype=c.dtype) for c in spec.columns})

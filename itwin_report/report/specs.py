@@ -522,7 +522,91 @@ THROUGHPUT = TableSpec(
     ),
 )
 
-TABLES: tuple[TableSpec, ...] = (EPOCH_TIME, GPU, COMPUTATION, THROUGHPUT)
+PERCENT = number(".1f", " %")
+
+TIME_BREAKDOWN = TableSpec(
+    "time_breakdown",
+    "Where the time goes",
+    "No time breakdown: no configuration has epoch times.",
+    (
+        *_key_columns(),
+        Column(
+            "wall_s",
+            "float64",
+            "Wall time",
+            SECONDS,
+            description="A run's wall time "
+            "(total_time of performance.json: the longest worker's), averaged over runs.",
+        ),
+        Column(
+            "epochs_s",
+            "float64",
+            "In epochs",
+            SECONDS,
+            description="The sum of the run's epoch times (warm-up included).",
+        ),
+        Column(
+            "outside_s",
+            "float64",
+            "Set-up",
+            SECONDS,
+            description="Wall time outside the epochs: set-up and teardown.",
+        ),
+        Column(
+            "steady_s",
+            "float64",
+            "Steady steps",
+            SECONDS,
+            description="The epochs' samples "
+            "at the steady-state rate of the rate metrics: training steps alone.",
+        ),
+        Column(
+            "rest_s",
+            "float64",
+            "Other in epochs",
+            SECONDS,
+            description="Epoch time beyond "
+            "the steady steps: validation, checkpoints, the warm-up's excess.",
+        ),
+        Column(
+            "compute_pct",
+            "float64",
+            "Compute",
+            PERCENT,
+            description="From traces: share of the device span with a compute kernel running.",
+        ),
+        Column(
+            "exposed_communication_pct",
+            "float64",
+            "Exposed comm",
+            PERCENT,
+            description="From traces: communication with no compute under it.",
+        ),
+        Column(
+            "idle_pct", "float64", "Idle", PERCENT, description="From traces: no kernel running."
+        ),
+        Column(
+            "bound_by",
+            "str",
+            "Bound by",
+            text,
+            right=False,
+            description="What bounds the "
+            "configuration: a straggler, the input pipeline, fixed per-epoch overhead, "
+            "communication or computation (docs/traces.md).",
+        ),
+        Column(
+            "evidence",
+            "str",
+            None,
+            text,
+            right=False,
+            description="The numbers that decide the verdict, listed under the table.",
+        ),
+    ),
+)
+
+TABLES: tuple[TableSpec, ...] = (EPOCH_TIME, GPU, COMPUTATION, THROUGHPUT, TIME_BREAKDOWN)
 """The report's tables, in the order they are printed."""
 
 SPECS: dict[str, TableSpec] = {spec.name: spec for spec in TABLES}
