@@ -39,33 +39,46 @@ nan = math.nan
 
 
 def job_times(data: RunData) -> pd.DataFrame:
-    """Per job: strategy, workers, wall, epochs and steady-state seconds (NaN when unknown)."""
+    """Per job: strategy, workers, wall, epochs and steady-state seconds (NaN when unknown).
+
+    One pass over the points of the two keys it needs, grouped once (never a scan per job).
+    """
     runs = data.runs.drop_duplicates("run_id")
-    metrics = data.metrics.merge(runs[["run_id", "job_id"]], on="run_id")
-    perf = data.performance.merge(runs[["run_id", "job_id"]], on="run_id")
+    wanted = data.metrics[data.metrics["key"].isin([EPOCH_TIME, RATE])]
+    metrics = wanted.merge(runs[["run_id", "job_id"]], on="run_id")
+    # epochs: the lowest run (rank) of the job that logged them
+    epochs = metrics[metrics["key"] == EPOCH_TIME]
+    first_run = epochs.groupby("job_id")["run_id"].transform("min")
+    epochs = epochs[epochs["run_id"] == first_run].groupby("job_id")["value"].agg(["sum", "size"])
+    rates = metrics[metrics["key"] == RATE]
+    rate_runs = dict(list(rates.groupby("run_id", sort=False)))
+    rate_run_of = rates.groupby("job_id")["run_id"].min()
+    walls = (
+        data.performance.merge(runs[["run_id", "job_id"]], on="run_id")
+        .groupby("job_id")["total_time"]
+        .max()
+    )
     rows = []
     for job, mine in runs.groupby("job_id", sort=True):
         first = mine.iloc[0]
         workers = int(first["workers"])
-        points = metrics[metrics["job_id"] == job]
-        epochs = points[points["key"] == EPOCH_TIME]
-        epochs = epochs[epochs["run_id"] == epochs["run_id"].min()] if len(epochs) else epochs
-        walls = perf.loc[perf["job_id"] == job, "total_time"].dropna()
-        rate = _job_rate(points, workers)
+        run = rate_run_of.get(job)
+        rate = _job_rate(rate_runs[run], workers) if run is not None else nan
         samples = mine["samples_per_epoch"].dropna()
-        count = len(epochs)
+        count = int(epochs["size"].get(job, 0))
         steady = (
             count * float(samples.iloc[0]) / rate
             if count and len(samples) and rate == rate and rate > 0
             else nan
         )
+        wall = walls.get(job, nan)
         rows.append(
             {
                 "job_id": str(job),
                 "strategy": str(first["strategy"]),
                 "workers": workers,
-                "wall_s": float(walls.max()) if len(walls) else nan,
-                "epochs_s": float(epochs["value"].sum()) if count else nan,
+                "wall_s": float(wall) if wall == wall else nan,
+                "epochs_s": float(epochs["sum"].get(job, nan)) if count else nan,
                 "steady_s": steady,
             }
         )
@@ -74,13 +87,12 @@ def job_times(data: RunData) -> pd.DataFrame:
     )
 
 
-def _job_rate(points: pd.DataFrame, workers: int) -> float:
-    """The job's steady-state samples per second: the lowest-rank run's steady Rate (the one
-    rule of :mod:`itwin_report.report.rates`) × workers; NaN without Rate points."""
-    rate = points[points["key"] == RATE]
+def _job_rate(rate: pd.DataFrame, workers: int) -> float:
+    """The job's steady-state samples per second: its lowest-rank run's steady Rate (``rate``:
+    that run's Rate points; the one rule of :mod:`itwin_report.report.rates`) × workers."""
     if rate.empty:
         return nan
-    first = rate[rate["run_id"] == rate["run_id"].min()].sort_values("step", kind="stable")
+    first = rate.sort_values("step", kind="stable")
     value, _ = steady_rate_of(first["step"].to_numpy(float), first["value"].to_numpy(float))
     return value * workers
 

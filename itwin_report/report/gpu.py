@@ -202,7 +202,7 @@ def _config_stats(frame: pd.DataFrame) -> dict[tuple[str, int], tuple[float, set
 def _measured_runs(data: RunData) -> set[str]:
     keys = data.metrics["key"]
     wanted = keys.isin([GPU_POWER, GPU_UTIL, GPU_ENERGY])
-    return set(data.metrics.loc[wanted, "run_id"])
+    return {str(r) for r in data.metrics.loc[wanted, "run_id"].unique()}
 
 
 def _source(sources: pd.Series) -> str:

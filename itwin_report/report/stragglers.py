@@ -26,17 +26,27 @@ COLUMNS = ["strategy", "workers", "job_id", "scope", "ranks", "node", "measure",
 def metric_stragglers(data: RunData) -> pd.DataFrame:
     """One row per straggling rank or node per job and measure (empty when none lags)."""
     runs = data.runs[["run_id", "job_id", "strategy", "workers", "rank", "hostname"]]
-    metrics = data.metrics.merge(runs, on="run_id", how="inner")
+    keys = [key for key, *_ in MEASURES]
+    wanted = data.metrics[data.metrics["key"].isin(keys)]
+    # one mean per (job, key, rank), computed in one grouping (never a scan per job)
+    means_all = (
+        wanted.merge(runs[["run_id", "job_id", "rank"]], on="run_id", how="inner")
+        .groupby(["job_id", "key", "rank"])["value"]
+        .mean()
+    )
+    by_job = {str(job): part.droplevel(0) for job, part in means_all.groupby(level=0)}
     rows = []
     for (job, strategy, workers), ranks in runs.groupby(
         ["job_id", "strategy", "workers"], sort=True
     ):
-        if ranks["rank"].nunique() < MIN_RANKS:
+        if ranks["rank"].nunique() < MIN_RANKS or str(job) not in by_job:
             continue
         nodes = {int(r): str(h) for r, h in zip(ranks["rank"], ranks["hostname"], strict=True)}
-        mine = metrics[metrics["job_id"] == job]
+        mine = by_job[str(job)]
         for key, words, unit, lower in MEASURES:
-            means = mine[mine["key"] == key].groupby("rank")["value"].mean()
+            if key not in mine.index.get_level_values(0):
+                continue
+            means = mine.loc[key]
             if len(means) < MIN_RANKS:
                 continue
             values = {int(r): float(v) for r, v in zip(means.index, means, strict=True)}
