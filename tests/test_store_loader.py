@@ -259,7 +259,7 @@ def test_progress_on_stderr(scaling_sqlite: Store, capsys: pytest.CaptureFixture
     load_experiment(uri, "scaling", show_progress=True)
     out, err = capsys.readouterr()
     assert out == ""
-    assert "Loading metrics (60) ..." in err  # 10 workers x 6 keys
+    assert "Loading metrics (70) ..." in err  # 10 workers x 7 keys
     assert "Reading artifacts: 10/10 done" in err
 
 
