@@ -111,3 +111,26 @@ def test_bulk_histories_are_complete(
     # the 41-run gpu_power_W batch (58,000 points) filled a page and was asked for again
     power_requests = [n for k, n in bulk_sizes if k == "gpu_power_W"]
     assert power_requests[0] == MID_RUNS + 1 and len(power_requests) >= 2
+
+
+def test_split_token_keeps_the_rest_of_the_uri() -> None:
+    split = api_reader.split_token
+    assert split("http://h:5000/?token=abc") == ("http://h:5000/", "abc")
+    assert split("https://h/mlflow?x=1&access_token=t&y=2") == ("https://h/mlflow?x=1&y=2", "t")
+    assert split("http://h:5000") == ("http://h:5000", None)
+
+
+def test_a_token_in_the_query_reads_the_store_and_is_never_shown(
+    mlflow_server: tuple[str, str], http_scaling: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    url, _ = mlflow_server
+    secret = "T0ken-in-the-query"
+    monkeypatch.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+    data = load_experiment(f"{url}/?token={secret}", "http-scaling", show_progress=False)
+    direct = load_experiment(url, "http-scaling", show_progress=False)
+    assert len(data.runs) == len(direct.runs) > 0
+    assert len(data.metrics) == len(direct.metrics)
+    assert secret not in data.tracking_uri and secret not in " ".join(data.warnings)
+    assert "MLFLOW_TRACKING_TOKEN" not in os.environ  # given back when the reader closed

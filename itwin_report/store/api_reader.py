@@ -100,15 +100,38 @@ def bulk_batches(base: str, ids: Sequence[str], key: str) -> Iterator[list[str]]
         yield batch
 
 
+TOKEN_PARAMS = ("token", "access_token")  # a server's token given in the URI's query
+TOKEN_ENV = "MLFLOW_TRACKING_TOKEN"
+
+
+def split_token(uri: str) -> tuple[str, str | None]:
+    """(the URI without a ``?token=``/``?access_token=`` query parameter, that token or None).
+
+    MLflow's client appends its endpoints to the whole URI, query included, so a token in the
+    query must travel another way: as MLflow's bearer token, and as the same query parameter
+    on the reader's own requests.
+    """
+    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+    parts = urlsplit(uri)
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    token = next((v for k, v in pairs if k.lower() in TOKEN_PARAMS), None)
+    if token is None:
+        return uri, None
+    rest = urlencode([(k, v) for k, v in pairs if k.lower() not in TOKEN_PARAMS])
+    return urlunsplit(parts._replace(query=rest)), token
+
+
 class HttpSession:
     """``requests`` with the credentials and TLS settings MLflow's client reads from env."""
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, query_token: str | None = None) -> None:
         import requests
 
         self.base = uri.rstrip("/")
         self.session = requests.Session()
-        token = os.environ.get("MLFLOW_TRACKING_TOKEN")
+        self.params = {} if query_token is None else {"token": query_token}
+        token = os.environ.get(TOKEN_ENV)
         user = os.environ.get("MLFLOW_TRACKING_USERNAME")
         if token:
             self.session.headers["Authorization"] = f"Bearer {token}"
@@ -127,7 +150,8 @@ class HttpSession:
 
         where = mask_uri(self.base)
         try:
-            answer = self.session.get(self.base + path, params=params, timeout=timeout)
+            query = {**self.params, **dict(params or {})}
+            answer = self.session.get(self.base + path, params=query, timeout=timeout)
         except requests.RequestException as exc:
             raise StoreError(f"cannot reach MLflow server at {where}: {_reason(exc)}") from exc
         if answer.status_code in (401, 403):
@@ -158,9 +182,15 @@ class ApiReader:
         self.http: HttpSession | None = None
         self._metric_keys: dict[str, list[str]] = {}
         self.warnings: list[str] = []
+        self._saved_token: tuple[bool, str | None] | None = None
         if store_kind(uri) == HTTP:
             mlflow_api.limit_http_retries()
-            self.http = HttpSession(uri)
+            self.uri, token = split_token(uri)
+            if token is not None and not os.environ.get(TOKEN_ENV):
+                # MLflow's client sends it as its bearer token for the reader's lifetime
+                self._saved_token = (TOKEN_ENV in os.environ, os.environ.get(TOKEN_ENV))
+                os.environ[TOKEN_ENV] = token
+            self.http = HttpSession(self.uri, token)
             self.http.get(PROBE_PATH, {"max_results": 1}, self.timeout())
 
     @staticmethod
@@ -170,9 +200,16 @@ class ApiReader:
         return min(CONNECT_TIMEOUT_S, read), read
 
     def close(self) -> None:
-        """Release the HTTP session."""
+        """Release the HTTP session (and give the bearer-token variable its value back)."""
         if self.http is not None:
             self.http.session.close()
+        if self._saved_token is not None:
+            had, value = self._saved_token
+            if had and value is not None:
+                os.environ[TOKEN_ENV] = value
+            else:
+                os.environ.pop(TOKEN_ENV, None)
+            self._saved_token = None
 
     def experiments(self) -> list[tuple[Any, str, int]]:
         """``(id, name, 1 when it has live runs)`` of the live experiments."""
