@@ -9,7 +9,7 @@ Light module: matplotlib is imported inside functions.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from itwin_report.util.text import plural
 
@@ -424,12 +424,22 @@ def interval_bars(ax: Axes, report: Report, column: str) -> None:
         )
 
 
+def _capped(times: Any, cap: Any) -> Any:
+    """``times`` never below an input ceiling's floor (the job-wide input rate bounds every
+    count, as the predictions are bounded)."""
+    import numpy as np
+
+    return times if cap is None else np.maximum(times, cap.floor_s)
+
+
 def prediction_figure(report: Report) -> Figure | None:
     """Measured epoch times, the fitted curves, and the predictions with their intervals.
 
     The extrapolated region (beyond the largest measured worker count) is shaded with the
-    prediction interval of each strategy's chosen model. A prediction capped by an input
-    ceiling is drawn on the ceiling's floor (a dotted line from where the input binds).
+    prediction interval of each strategy's chosen model. Every measured configuration is
+    drawn; those the fit left out as input-bound are hollow. Where an input ceiling bounds a
+    strategy, its curve and interval never fall below the ceiling's floor (dotted from the
+    worker count where the input was found to bind), as the predictions never do.
     """
     import numpy as np
 
@@ -448,21 +458,35 @@ def prediction_figure(report: Report) -> Figure | None:
         if mine.empty:
             continue
         color = colors.get(sm.strategy, PALETTE[0])
-        last, top = float(sm.workers.max()), float(mine["workers"].max())
+        table = report.epoch_time[report.epoch_time["strategy"] == sm.strategy]
+        measured = {int(w): float(t) for w, t in zip(sm.workers, sm.times, strict=True)}
+        all_w = sorted(set(measured) | {int(w) for w in table["workers"]})
+        last, top = float(max(all_w)), float(mine["workers"].max())
         ax.plot(sm.workers, sm.times, "o", color=color, label=label(f"{sm.strategy} measured"))
+        left_out = table[~table["workers"].isin(list(measured))]
+        if len(left_out):
+            ax.plot(
+                left_out["workers"].to_numpy(dtype=float),
+                left_out["avg_epoch_time_s"].to_numpy(dtype=float),
+                "o",
+                mfc="none",
+                color=color,
+                label=label(f"{sm.strategy} measured, input-bound (not fitted)"),
+            )
+        cap = analysis.ceilings.get(sm.strategy)
+
         if sm.chosen is not None:
             fit = sm.fits[sm.chosen]
             grid = np.geomspace(float(sm.workers.min()), max(top, last), 80)
             name = {"amdahl": "Amdahl", "usl": "USL"}[fit.model]
             fitted = label(f"{sm.strategy} {name} fit")
-            ax.plot(grid, fit.predict(grid), "-", color=color, label=fitted)
+            ax.plot(grid, _capped(fit.predict(grid), cap), "-", color=color, label=fitted)
             beyond = np.geomspace(last, max(top, last), 40)
             bounds = np.array([fit.interval(float(w))[1:] for w in beyond])
-            ax.fill_between(beyond, bounds[:, 0], bounds[:, 1], color=color, alpha=0.15)
-        capped = mine[mine["note"].str.startswith("capped")]
-        if len(capped):
-            floor = float(capped["avg_epoch_time_s"].min())
-            ax.hlines(floor, float(sm.workers.min()), top, colors=color, linestyles=":")
+            low_b, high_b = _capped(bounds[:, 0], cap), _capped(bounds[:, 1], cap)
+            ax.fill_between(beyond, low_b, high_b, color=color, alpha=0.15)
+        if cap is not None:
+            ax.hlines(cap.floor_s, float(cap.workers), top, colors=color, linestyles=":")
         low = mine["low_s"].fillna(mine["avg_epoch_time_s"])
         high = mine["high_s"].fillna(mine["avg_epoch_time_s"])
         ax.errorbar(
@@ -479,7 +503,7 @@ def prediction_figure(report: Report) -> Figure | None:
             label=label(f"{sm.strategy} predicted (95 %)"),
         )
         ax.axvspan(last, max(top, last), color="0.9", zorder=0)
-        ticks |= {int(w) for w in sm.workers} | {int(w) for w in mine["workers"]}
+        ticks |= set(all_w) | {int(w) for w in mine["workers"]}
     _worker_ticks(ax, sorted(ticks))
     _plain_log_y(ax)
     ax.set_ylabel("Average epoch time (s)")

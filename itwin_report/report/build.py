@@ -218,6 +218,7 @@ def analyse(
         predictions=predictions,
         prediction_notes=notes,
         fits=models,
+        ceilings=ceilings,
     )
 
 

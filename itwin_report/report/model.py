@@ -63,6 +63,8 @@ class Analysis:
     predictions: pd.DataFrame
     prediction_notes: list[str]
     fits: list[StrategyModels] = field(default_factory=list)
+    # per strategy: the measured input ceiling bounding its predictions (workers, floor, rate)
+    ceilings: dict = field(default_factory=dict)
     efficiency_note: str = ""  # why the two efficiencies differ, when they do beyond noise
 
 
