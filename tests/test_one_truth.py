@@ -224,3 +224,24 @@ def test_predictions_are_capped_by_a_measured_input_ceiling(tmp_path: Path) -> N
         # never below the measured floor, and the truth at 64 and 128 is that floor
         assert p["avg_epoch_time_s"] == pytest.approx(floor, rel=0.05)
         assert not math.isnan(p["speedup"])
+
+
+def test_the_prediction_plot_shows_the_ceiling(tmp_path: Path) -> None:
+    """Measured input-bound points are drawn hollow; the fitted curve never dips below the
+    measured floor the predictions are capped at."""
+    import matplotlib.pyplot as plt
+
+    import itwin_report as ir
+
+    uri = f"sqlite:///{tmp_path}/ib.db"
+    truth = _emulate(uri, "ib", tmp_path / "t.json", "--strategies", "deepspeed", *NOISE_FREE)
+    report = ir.build(ir.load(uri, "ib"), predict=[64, 128])
+    bound = [w for (_, w), c in truth.items() if c["input_bound"]]
+    floor = min(_t(truth, ("deepspeed", w)) for w in bound)
+    fig = report.figures()["prediction"]
+    lines = {line.get_label(): line for line in fig.axes[0].get_lines()}
+    hollow = lines["deepspeed measured, input-bound (not fitted)"]
+    assert list(hollow.get_xdata()) == sorted(bound) and hollow.get_markerfacecolor() == "none"
+    fitted = next(line for name, line in lines.items() if name.endswith("fit"))
+    assert min(fitted.get_ydata()) >= floor * (1 - 1e-9)
+    plt.close("all")
