@@ -7,14 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from click.testing import CliRunner
+from conftest import cli_runner
 
 from itwin_report.cli import main
 from itwin_report.emulator import kineto
 
 
 def _run(*args: str) -> tuple[int, str, str]:
-    result = CliRunner().invoke(main, ["analyze-traces", *args])
+    result = cli_runner().invoke(main, ["analyze-traces", *args])
     return result.exit_code, result.stdout, result.stderr
 
 
