@@ -112,8 +112,8 @@ MUTANTS = (
         "M10",
         "energy of rank 0 shown as the job's (no scaling to all GPUs)",
         "itwin_report/report/gpu.py",
-        'coverage = (energy["ranks"] / workers).clip(upper=1.0)',
-        'coverage = (energy["ranks"] / energy["ranks"]).clip(upper=1.0)',
+        'per_job["scaled_wh"] = per_job["energy_wh"] / per_job["coverage"]',
+        'per_job["scaled_wh"] = per_job["energy_wh"]',
         ("tests/test_report_gpu.py", "tests/test_one_truth.py"),
     ),
     Mutant(
