@@ -7,7 +7,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from itwin_report.cli.options import Threshold, output_option, tracking_uri_option, warmup_option
+from itwin_report.cli.options import (
+    Threshold,
+    format_option,
+    output_option,
+    tracking_uri_option,
+    warmup_option,
+)
 from itwin_report.render import COMPARE_FORMATS
 from itwin_report.util.errors import EXIT_USAGE, ReportError
 
@@ -64,13 +70,9 @@ def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool
     "missing); with no configuration compared at all the exit code is 5.",
 )
 @warmup_option("Warm-up epochs left out when a side is read from a store.")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(COMPARE_FORMATS),
-    default="table",
-    show_default=True,
-    help="Output format; benchmark-json (smaller is better: epoch time, energy) and "
+@format_option(
+    COMPARE_FORMATS,
+    "Output format; benchmark-json (smaller is better: epoch time, energy) and "
     "benchmark-json-bigger (efficiency, throughput) are github-action-benchmark's custom tools.",
 )
 @output_option(

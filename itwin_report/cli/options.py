@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import click
@@ -17,6 +17,20 @@ STORE_HELP = (
 def tracking_uri_option(help_text: str = STORE_HELP) -> Callable[[Any], Any]:
     """``--tracking-uri URI``: the store to read or write."""
     return click.option("--tracking-uri", metavar="URI", help=help_text)
+
+
+def format_option(
+    choices: Sequence[str], help_text: str = "Output format."
+) -> Callable[[Any], Any]:
+    """``--format`` (into ``fmt``) among ``choices``, the first by default."""
+    return click.option(
+        "--format",
+        "fmt",
+        type=click.Choice(list(choices)),
+        default=choices[0],
+        show_default=True,
+        help=help_text,
+    )
 
 
 def output_option(help_text: str) -> Callable[[Any], Any]:

@@ -9,7 +9,13 @@ from typing import Any
 import click
 
 from itwin_report.cli.group import Failure
-from itwin_report.cli.options import Efficiency, output_option, tracking_uri_option, warmup_option
+from itwin_report.cli.options import (
+    Efficiency,
+    format_option,
+    output_option,
+    tracking_uri_option,
+    warmup_option,
+)
 from itwin_report.cli.output import (
     check_writable,
     html_page,
@@ -93,13 +99,8 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 )
 @tracking_uri_option()
 @warmup_option("Leave the first N epochs of every run out of epoch times (0 = itwinai's mean).")
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice((*FORMATS, "html")),
-    default="table",
-    show_default=True,
-    help="Output format (html: one self-contained page with inline plots).",
+@format_option(
+    (*FORMATS, "html"), "Output format (html: one self-contained page with inline plots)."
 )
 @output_option("Write the report to FILE instead of stdout.")
 @click.option(

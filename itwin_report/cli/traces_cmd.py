@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from itwin_report.cli.options import output_option
+from itwin_report.cli.options import format_option, output_option
 from itwin_report.cli.output import check_writable, emit
 
 FORMATS = ("table", "json", "markdown")
@@ -14,14 +14,7 @@ FORMATS = ("table", "json", "markdown")
 
 @click.command("analyze-traces")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option(
-    "--format",
-    "fmt",
-    type=click.Choice(FORMATS),
-    default="table",
-    show_default=True,
-    help="Output format.",
-)
+@format_option(FORMATS)
 @click.option(
     "--jobs",
     "-j",

@@ -6,7 +6,7 @@ Light on import; ``run_emulation``, ``expected_truth``, ``EmulationOptions`` and
 
 from __future__ import annotations
 
-from typing import Any
+from itwin_report.util.lazy import exports
 
 _EXPORTS = {
     "EmulationOptions": "itwin_report.emulator.options",
@@ -17,12 +17,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(name)
+__getattr__ = exports(_EXPORTS)
 
 
 __all__ = sorted(_EXPORTS)

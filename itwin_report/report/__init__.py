@@ -6,7 +6,9 @@ Light on import (the table specs are read by ``--help``-time code): ``Report``, 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from itwin_report.util.lazy import exports
 
 if TYPE_CHECKING:
     from itwin_report.report.build import below_efficiency, build_report
@@ -20,12 +22,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(name)
+__getattr__ = exports(_EXPORTS)
 
 
 __all__ = ["Analysis", "Report", "below_efficiency", "build_report"]

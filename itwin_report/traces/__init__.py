@@ -7,7 +7,7 @@ rules. Light on import: numpy and ijson are loaded by the modules that use them.
 
 from __future__ import annotations
 
-from typing import Any
+from itwin_report.util.lazy import exports
 
 _EXPORTS = {
     "TraceSet": "itwin_report.traces.analyze",
@@ -17,12 +17,7 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        import importlib
-
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(name)
+__getattr__ = exports(_EXPORTS)
 
 
 __all__ = sorted(_EXPORTS)
