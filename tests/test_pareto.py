@@ -16,7 +16,7 @@ from test_energy import job, store, worker
 import itwin_report as ir
 from itwin_report.analysis.pareto import Point, front, knee, walk, within_deadline
 from itwin_report.cli import main
-from itwin_report.plots.figures import pareto_figure
+from itwin_report.plots.decisions import pareto_figure
 
 REPORT = "generate-scalability-report"
 

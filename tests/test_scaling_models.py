@@ -183,7 +183,8 @@ def test_predict_through_the_command(analysis_store: tuple[str, Path], tmp_path:
 
 
 def test_prediction_figure_content(analysis_store: tuple[str, Path]) -> None:
-    from itwin_report.plots.figures import prediction_figure, speedup_figure
+    from itwin_report.plots.decisions import prediction_figure
+    from itwin_report.plots.figures import speedup_figure
     from itwin_report.report import build_report
     from itwin_report.store import load_experiment
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from itwin_report.plots import decisions
 from itwin_report.plots import figures as f
 from itwin_report.util.errors import ReportError
 
@@ -37,8 +38,8 @@ FIGURES: dict[str, Callable[[Report], Figure | None]] = {
     "gpu_utilization": f.gpu_utilization_figure,
     "throughput": f.throughput_figure,
     "rates": f.rates_figure,
-    "prediction": f.prediction_figure,
-    "pareto": f.pareto_figure,
+    "prediction": decisions.prediction_figure,
+    "pareto": decisions.pareto_figure,
 }
 # figures drawn only when asked for (``--predict``): their absence needs no reason
 _ON_REQUEST = ("prediction",)

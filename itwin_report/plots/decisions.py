@@ -1,0 +1,169 @@
+"""The figures of the report's decisions: predictions against the fitted scaling models, and the
+time–energy Pareto front. Same conventions as :mod:`itwin_report.plots.figures`.
+
+Light module: matplotlib is imported inside functions.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from itwin_report.plots.figures import (
+    IDEAL_COLOR,
+    PALETTE,
+    _figure,
+    _plain_log_y,
+    _worker_ticks,
+    label,
+    strategy_colors,
+)
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from itwin_report.report import Report
+
+
+def _capped(times: Any, cap: Any) -> Any:
+    """``times`` never below an input ceiling's floor (the job-wide input rate bounds every
+    count, as the predictions are bounded)."""
+    import numpy as np
+
+    return times if cap is None else np.maximum(times, cap.floor_s)
+
+
+def prediction_figure(report: Report) -> Figure | None:
+    """Measured epoch times, the fitted curves, and the predictions with their intervals.
+
+    The extrapolated region (beyond the largest measured worker count) is shaded with the
+    prediction interval of each strategy's chosen model. Every measured configuration is
+    drawn; those the fit left out as input-bound are hollow. Where an input ceiling bounds a
+    strategy, its curve and interval never fall below the ceiling's floor (dotted from the
+    worker count where the input was found to bind), as the predictions never do.
+    """
+    import numpy as np
+
+    analysis = report.analysis
+    if analysis is None:
+        return None
+    predicted = analysis.predictions
+    answered = predicted[predicted["avg_epoch_time_s"].notna()] if len(predicted) else predicted
+    if answered.empty:
+        return None
+    colors = strategy_colors(report)
+    fig, ax = _figure("Epoch time: measured, fitted and predicted")
+    ticks: set[int] = set()
+    for sm in analysis.fits:
+        mine = answered[answered["strategy"] == sm.strategy]
+        if mine.empty:
+            continue
+        color = colors.get(sm.strategy, PALETTE[0])
+        table = report.epoch_time[report.epoch_time["strategy"] == sm.strategy]
+        measured = {int(w): float(t) for w, t in zip(sm.workers, sm.times, strict=True)}
+        all_w = sorted(set(measured) | {int(w) for w in table["workers"]})
+        last, top = float(max(all_w)), float(mine["workers"].max())
+        ax.plot(sm.workers, sm.times, "o", color=color, label=label(f"{sm.strategy} measured"))
+        left_out = table[~table["workers"].isin(list(measured))]
+        if len(left_out):
+            ax.plot(
+                left_out["workers"].to_numpy(dtype=float),
+                left_out["avg_epoch_time_s"].to_numpy(dtype=float),
+                "o",
+                mfc="none",
+                color=color,
+                label=label(f"{sm.strategy} measured, input-bound (not fitted)"),
+            )
+        cap = analysis.ceilings.get(sm.strategy)
+
+        if sm.chosen is not None:
+            fit = sm.fits[sm.chosen]
+            grid = np.geomspace(float(sm.workers.min()), max(top, last), 80)
+            name = {"amdahl": "Amdahl", "usl": "USL"}[fit.model]
+            fitted = label(f"{sm.strategy} {name} fit")
+            ax.plot(grid, _capped(fit.predict(grid), cap), "-", color=color, label=fitted)
+            beyond = np.geomspace(last, max(top, last), 40)
+            bounds = np.array([fit.interval(float(w))[1:] for w in beyond])
+            low_b, high_b = _capped(bounds[:, 0], cap), _capped(bounds[:, 1], cap)
+            ax.fill_between(beyond, low_b, high_b, color=color, alpha=0.15)
+        if cap is not None:
+            ax.hlines(cap.floor_s, float(cap.workers), top, colors=color, linestyles=":")
+        low = mine["low_s"].fillna(mine["avg_epoch_time_s"])
+        high = mine["high_s"].fillna(mine["avg_epoch_time_s"])
+        ax.errorbar(
+            mine["workers"].to_numpy(dtype=float),
+            mine["avg_epoch_time_s"].to_numpy(dtype=float),
+            yerr=[
+                (mine["avg_epoch_time_s"] - low).to_numpy(dtype=float),
+                (high - mine["avg_epoch_time_s"]).to_numpy(dtype=float),
+            ],
+            fmt="s",
+            mfc="none",
+            color=color,
+            capsize=4,
+            label=label(f"{sm.strategy} predicted (95 %)"),
+        )
+        ax.axvspan(last, max(top, last), color="0.9", zorder=0)
+        ticks |= set(all_w) | {int(w) for w in mine["workers"]}
+    _worker_ticks(ax, sorted(ticks))
+    _plain_log_y(ax)
+    ax.set_ylabel("Average epoch time (s)")
+    ax.legend(fontsize="small")
+    return fig
+
+
+def pareto_figure(report: Report) -> Figure | None:
+    """Epoch time against energy per epoch: one point per configuration, labelled
+    strategy×GPUs, in its strategy's colour; the time–energy front joined, the knee ringed."""
+    from itwin_report.report.decision import points
+
+    decision = getattr(report, "decision", None)
+    if decision is None or decision.pareto.empty:
+        return None
+    analysis = report.analysis
+    runs = analysis.run_means if analysis is not None else report.epoch_time.iloc[:0]
+    pts = [p for p in points(report.epoch_time, report.gpu, runs) if p.energy == p.energy]
+    colors = strategy_colors(report)
+    fig, ax = _figure("Epoch time against energy per epoch (front joined)", right=0.97)
+    for strategy in sorted({p.strategy for p in pts}):
+        mine = [p for p in pts if p.strategy == strategy]
+        ax.scatter(
+            [p.time for p in mine],
+            [p.energy for p in mine],
+            color=colors[strategy],
+            label=label(strategy),
+            zorder=3,
+        )
+    order = {s: i for i, s in enumerate(sorted({p.strategy for p in pts}))}
+    for p in pts:  # each strategy's labels at its own height: near points stay readable
+        ax.annotate(
+            label(f"{p.strategy}×{p.workers}"),
+            (p.time, p.energy),
+            xytext=(5, 8 * order[p.strategy] - 6),
+            textcoords="offset points",
+            fontsize=7,
+        )
+    front = decision.pareto
+    ax.plot(
+        list(front["epoch_time_s"]),
+        list(front["energy_wh_per_epoch"]),
+        color=IDEAL_COLOR,
+        linestyle="--",
+        label="time–energy front",
+        zorder=2,
+    )
+    if decision.knee is not None:
+        knee = next(p for p in pts if p.key == decision.knee)
+        ax.scatter(
+            [knee.time],
+            [knee.energy],
+            s=220,
+            facecolors="none",
+            edgecolors="black",
+            label=label(f"knee: {knee.strategy}×{knee.workers}"),
+            zorder=4,
+        )
+    ax.margins(x=0.15, y=0.1)
+    ax.set_xlabel("Epoch time after warm-up (s)")
+    ax.set_ylabel("Energy per epoch (Wh, all GPUs)")
+    ax.legend(loc="upper right", fontsize=8)
+    return fig
