@@ -284,7 +284,7 @@ code { font: .9em ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; }
 .data { overflow-x: auto; }
 table { border-collapse: collapse; width: 100%; font-size: .84rem; }
 th, td { padding: 3px 5px; border-bottom: 1px solid var(--line); text-align: left;
-  vertical-align: top; overflow-wrap: anywhere; }
+  vertical-align: top; overflow-wrap: break-word; }
 th { background: #f6f8fa; font-weight: 600; vertical-align: bottom; overflow-wrap: normal; }
 th:first-child, td:first-child { min-width: 6.5em; }
 .num { text-align: right; font-variant-numeric: tabular-nums; }
