@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from itwin_report import __version__
 from itwin_report.render.analysis import json_fields, pair_intervals
-from itwin_report.report.specs import TABLES, integer, is_missing
+from itwin_report.report.columns import integer, is_missing
+from itwin_report.report.specs import TABLES
 from itwin_report.util.escape import csv_text
 from itwin_report.util.masking import mask_text, mask_uri
 from itwin_report.util.notes import table_of

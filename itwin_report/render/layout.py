@@ -15,7 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from itwin_report.report.specs import COST, GPU, TABLES, TableSpec, is_missing
+from itwin_report.report.columns import TableSpec, is_missing
+from itwin_report.report.specs import COST, GPU, TABLES
 from itwin_report.util.escape import MAX_LINE, shorten
 from itwin_report.util.masking import mask_text, mask_uri
 from itwin_report.util.notes import like

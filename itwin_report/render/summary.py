@@ -10,7 +10,8 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from itwin_report.render.layout import VERDICT_WORDS, warmup_line
-from itwin_report.report.specs import SPECS, base_of
+from itwin_report.report.columns import base_of
+from itwin_report.report.specs import SPECS
 
 if TYPE_CHECKING:
     import pandas as pd

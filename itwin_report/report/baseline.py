@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from itwin_report.report.columns import base_of
 from itwin_report.report.common import label
-from itwin_report.report.specs import base_of
 from itwin_report.util.errors import ReportError
 
 __all__ = ["AUTO", "BASELINES", "Baseline", "apply", "base_of", "decide"]
