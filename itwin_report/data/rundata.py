@@ -22,6 +22,8 @@ gpu_uuid            str      ``params.gpu_uuid``: its GPU's UUID ("" when not lo
 samples_per_epoch   float    ``params.samples_per_epoch`` when logged, else NaN
 batch_size          float    ``params.batch_size`` (samples per batch per worker), else NaN
 status              str      MLflow run status of the worker run (FINISHED, KILLED, ...)
+start_time          float    the worker run's start, ms since the epoch (NaN when unknown)
+end_time            float    the worker run's end, ms since the epoch (NaN while running)
 ==================  =======  =============================================================
 
 ``metrics``: long format, one row per logged point of the keys in :data:`METRIC_KEYS`.
@@ -99,6 +101,8 @@ RUN_COLUMNS: dict[str, str] = {
     "batch_size": "float64",
     "status": "str",
     **{name: "str" for name in GPU_IDENTITY},
+    "start_time": "float64",
+    "end_time": "float64",
 }
 METRIC_COLUMNS: dict[str, str] = {
     "run_id": "str",
@@ -139,7 +143,12 @@ PERFORMANCE_COLUMNS: dict[str, str] = {
 
 # columns a frame may lack (older loaders, hand-built data): filled with these defaults
 OPTIONAL_COLUMNS: dict[str, dict[str, Any]] = {
-    "runs": {"batch_size": float("nan"), **{name: "" for name in GPU_IDENTITY}},
+    "runs": {
+        "batch_size": float("nan"),
+        **{name: "" for name in GPU_IDENTITY},
+        "start_time": float("nan"),
+        "end_time": float("nan"),
+    },
     "profiles": {"global_rank": float("nan"), "num_gpus": float("nan"), "csv_strategy": ""},
 }
 FRAMES: dict[str, dict[str, str]] = {

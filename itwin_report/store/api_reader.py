@@ -25,6 +25,7 @@ import pandas as pd
 
 from itwin_report.data.rundata import METRIC_KEYS
 from itwin_report.store import mlflow_api
+from itwin_report.store.tree import RAW_RUN_COLUMNS
 from itwin_report.store.uri import HTTP, mask_uri, store_kind
 from itwin_report.util.errors import StoreError
 from itwin_report.util.masking import mask_text
@@ -221,8 +222,10 @@ class ApiReader:
         """(live runs in the tree's raw layout, their ``param_keys`` params in long format)."""
         found = mlflow_api.search_all_runs(self.uri, str(experiment_id), param_keys, METRIC_KEYS)
         self._metric_keys = {r["run_id"]: r["metric_keys"] for r in found}
-        columns = ["run_id", "name", "status", "parent_id", "artifact_uri", "has_params"]
-        runs = pd.DataFrame([{c: r[c] for c in columns} for r in found], columns=columns)
+        runs = pd.DataFrame([{c: r[c] for c in RAW_RUN_COLUMNS} for r in found])
+        runs = runs.reindex(columns=list(RAW_RUN_COLUMNS))
+        for column in ("start_time", "end_time"):
+            runs[column] = pd.to_numeric(runs[column], errors="coerce").astype("float64")
         params = pd.DataFrame(
             [(r["run_id"], k, v) for r in found for k, v in r["params"].items()],
             columns=["run_id", "key", "value"],

@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from itwin_report.data.rundata import METRIC_KEYS
-from itwin_report.store.tree import PARENT_TAG, listed_names
+from itwin_report.store.tree import PARENT_TAG, RAW_RUN_COLUMNS, listed_names
 from itwin_report.store.uri import require_file_store
 from itwin_report.util.errors import StoreError
 from itwin_report.util.progress import Advance
@@ -139,6 +139,8 @@ class FileStoreReader:
                     "parent_id": (_read(run_dir / "tags" / PARENT_TAG, odd) or "").strip(),
                     "artifact_uri": str(meta.get("artifact_uri") or ""),
                     "has_params": has_params,
+                    "start_time": _ms(meta.get("start_time")),
+                    "end_time": _ms(meta.get("end_time")),
                 }
             )
             for key in param_keys:
@@ -150,9 +152,7 @@ class FileStoreReader:
                     f"run {str(name)!r} ({run_id[:8]}): {', '.join(odd)} not UTF-8 text; "
                     "read with replacement characters"
                 )
-        runs = pd.DataFrame(
-            rows, columns=["run_id", "name", "status", "parent_id", "artifact_uri", "has_params"]
-        )
+        runs = pd.DataFrame(rows, columns=list(RAW_RUN_COLUMNS))
         return runs, pd.DataFrame(params, columns=["run_id", "key", "value"])
 
     def metrics(self, experiment_id: Any, run_ids: Sequence[str], advance: Advance) -> pd.DataFrame:
@@ -228,3 +228,11 @@ def _parse_points(lines: list[str]) -> pd.DataFrame:
     text_value = table["value"].isna() & pd.Series([r[1] for r in rows]).ne("nan").to_numpy()
     table.loc[~whole | text_value, ["timestamp", "step"]] = np.nan
     return table
+
+
+def _ms(value: Any) -> float:
+    """A run's start or end time from ``meta.yaml`` (ms since the epoch), NaN when absent."""
+    try:
+        return float(value) if value is not None else float("nan")
+    except (TypeError, ValueError):
+        return float("nan")

@@ -122,7 +122,8 @@ def search_all_runs(
 ) -> list[dict[str, Any]]:
     """Every live run of the experiment (all pages) as plain dicts.
 
-    Keys: run_id, name, status, artifact_uri, parent_id, has_params, params (only
+    Keys: run_id, name, status, artifact_uri, parent_id, has_params, start_time, end_time (ms,
+    None when unknown), params (only
     ``param_keys``), metric_keys (those of ``metric_keys`` the run has logged).
     """
     from mlflow.entities import ViewType
@@ -155,6 +156,8 @@ def _run_dict(run: Any, param_keys: Sequence[str], metric_keys: Sequence[str]) -
         "artifact_uri": run.info.artifact_uri or "",
         "parent_id": run.data.tags.get(PARENT_TAG, ""),
         "has_params": bool(params),
+        "start_time": run.info.start_time,
+        "end_time": run.info.end_time,
         "params": {k: params[k] for k in param_keys if k in params},
         "metric_keys": [
             k for k in run.data.metrics if k in metric_keys or k.startswith(SYSTEM_GPU_PREFIX)

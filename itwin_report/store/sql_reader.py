@@ -132,7 +132,8 @@ class SqlReader:
         live = "r.experiment_id = :exp AND r.lifecycle_stage = 'active'"
         runs = self._query(
             "SELECT r.run_uuid AS run_id, r.name AS name, r.status AS status, "
-            "r.artifact_uri AS artifact_uri, t.value AS parent_id FROM runs r "
+            "r.artifact_uri AS artifact_uri, r.start_time AS start_time, r.end_time AS end_time, "
+            "t.value AS parent_id FROM runs r "
             f"LEFT JOIN tags t ON t.run_uuid = r.run_uuid AND t.key = :parent WHERE {live}",
             {"exp": experiment_id, "parent": PARENT_TAG},
         )
@@ -150,6 +151,8 @@ class SqlReader:
         for column in ("parent_id", "name", "artifact_uri", "status"):
             runs[column] = runs[column].fillna("").astype(str)
         runs["has_params"] = runs["run_id"].isin(set(with_params["run_id"]))
+        for column in ("start_time", "end_time"):
+            runs[column] = pd.to_numeric(runs[column], errors="coerce").astype("float64")
         if self._text.replaced:
             self._warn_not_utf8(runs, params)
         return runs, params

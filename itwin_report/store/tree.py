@@ -3,7 +3,8 @@
 Every reader hands over the same two frames:
 
 * ``runs``: live runs of the experiment, columns :data:`RAW_RUN_COLUMNS`
-  (``parent_id`` is "" for a top-level run, ``has_params`` tells whether it logged any param);
+  (``parent_id`` is "" for a top-level run, ``has_params`` tells whether it logged any param,
+  ``start_time``/``end_time`` are ms since the epoch, NaN when unknown);
 * ``params``: long frame ``run_id, key, value`` restricted to :data:`WORKER_PARAMS`.
 
 :func:`select_workers` walks the tree, filters by top-level run name, validates the params and
@@ -37,6 +38,8 @@ RAW_RUN_COLUMNS: tuple[str, ...] = (
     "parent_id",
     "artifact_uri",
     "has_params",
+    "start_time",
+    "end_time",
 )
 FINISHED = "FINISHED"
 MAX_LISTED_NAMES = 20
@@ -159,7 +162,7 @@ def select_workers(
     naming its runs (top-level run names, at most five).
     """
     names = {p: (names or {}).get(p, p) for p in WORKER_PARAMS}
-    runs = runs.loc[:, list(RAW_RUN_COLUMNS)].copy()
+    runs = runs.reindex(columns=list(RAW_RUN_COLUMNS))  # a reader without times gives NaN
     parent, top = _ancestors(runs)
     run_name = dict(zip(runs["run_id"], runs["name"], strict=True))
     runs["parent_id"] = runs["run_id"].map(parent)
