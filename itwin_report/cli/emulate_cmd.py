@@ -31,7 +31,7 @@ def _quote(text: str) -> str:
     return shlex.quote(text)
 
 
-def _summary(result, truth_path: str | None) -> str:
+def _summary(result, truth_path: str | None, traces: str | None) -> str:
     uri = mask_uri(result.tracking_uri)
     lines = [
         f"experiment:    {mask_text(result.experiment_name)} (id {result.experiment_id})",
@@ -44,6 +44,12 @@ def _summary(result, truth_path: str | None) -> str:
     ]
     if truth_path:
         lines.append(f"truth:         {truth_path}")
+    if traces:
+        size = result.trace_bytes / 1e6
+        lines.append(
+            f"traces:        {plural(len(result.trace_files), 'file')} ({size:.1f} MB) under "
+            f"{mask_text(traces)}"
+        )
     command = "itwin-report generate-scalability-report --experiment-name "
     command += _quote(mask_text(result.experiment_name))
     if result.tracking_uri != DEFAULT_TRACKING_URI:
@@ -52,9 +58,12 @@ def _summary(result, truth_path: str | None) -> str:
     return "\n".join(lines)
 
 
-def _check_truth_path(truth_path: str, uri: str, root: str | None, experiment: str) -> None:
-    """--truth goes through the one output check: never the store, its side files or the
-    artifact folders (those of its experiments and the one this emulation writes into)."""
+def _check_outputs(
+    truth_path: str | None, traces: str | None, uri: str, root: str | None, experiment: str
+) -> None:
+    """--truth and --traces go through the one output check: never the store, its side files
+    or the artifact folders (those of its experiments and the one this emulation writes
+    into)."""
     from pathlib import Path
 
     from itwin_report.cli.group import Failure
@@ -66,7 +75,9 @@ def _check_truth_path(truth_path: str, uri: str, root: str | None, experiment: s
     location = artifact_location(uri, experiment, root)
     local = local_artifact_dir(location) if location else None
     new_roots = [local.parent] if local is not None else []
-    conflict = check_outputs(uri, {"--truth": Path(truth_path)}, extra=new_roots)
+    outputs = {"--truth": truth_path, "--traces": traces}
+    given = {k: Path(v) for k, v in outputs.items() if v}
+    conflict = check_outputs(uri, given, extra=new_roots)
     if conflict:
         raise Failure(conflict, EXIT_USAGE)
 
@@ -94,6 +105,7 @@ Examples:
   itwin-report emulate --preset virgo --repeats 1 --experiment-name virgo
   itwin-report emulate --strategies torch-ddp --workers 2,4 --epochs 3 --set noise=0
   itwin-report emulate --preset input-bound --log-on-workers 0 --truth truth.json
+  itwin-report emulate --traces traces --set straggler_factor=1.2 --set straggler_rank=5
   itwin-report emulate --itwinai-only --workers 1,2,4 --log-on-workers 0
   itwin-report emulate --scaling weak --truth weak-truth.json
   itwin-report emulate --tracking-uri postgresql://user@db/mlflow --artifact-root /shared/artifacts
@@ -224,6 +236,14 @@ runs and about 5 million metric points in all.
     is_flag=True,
     help="List the model parameters --set takes, with their values in --preset, and exit.",
 )
+@click.option(
+    "--traces",
+    metavar="DIR",
+    default=None,
+    help="Also write one small PyTorch profiler trace per rank of every job in itwinai's "
+    "layout, DIR/<run name>/torch-traces/worker_<rank>.<time ns>.pt.trace.json (gzipped for "
+    "odd repeats), e.g. --traces mllogs/traces.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 def emulate_command(
     strategies: str,
@@ -246,6 +266,7 @@ def emulate_command(
     artifact_root: str | None,
     migrate: bool,
     list_params: bool,
+    traces: str | None,
     quiet: bool,
 ) -> None:
     """Write realistic sample training runs of an emulated GPU cluster to MLflow.
@@ -274,6 +295,7 @@ def emulate_command(
         itwinai_only=itwinai_only,
         energy_counter=energy_counter,
         scaling=scaling,
+        traces=traces,
     )
     options.params()  # fail on bad options before touching the store
     uri = resolve_tracking_uri(tracking_uri)
@@ -281,11 +303,11 @@ def emulate_command(
     from itwin_report.emulator.writer import default_artifact_root, run_emulation
 
     root = artifact_root or default_artifact_root(uri)
-    if truth_path:
-        _check_truth_path(truth_path, uri, root, experiment_name)
+    if truth_path or traces:
+        _check_outputs(truth_path, traces, uri, root, experiment_name)
     result = run_emulation(
         options, uri, show_progress=not quiet, artifact_root=root, migrate=migrate
     )
     if truth_path:
         write_truth(expected_truth(options), truth_path)
-    write_stdout(_summary(result, truth_path))
+    write_stdout(_summary(result, truth_path, traces))

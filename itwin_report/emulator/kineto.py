@@ -43,6 +43,7 @@ class RankSpec:
     overlap_us: float = 1_000.0  # how long the all-reduce runs under the compute
     device: str = "gpu"  # "gpu" or "cpu" (gloo: operators on CPU threads)
     hostname: str = "node0"
+    base_ns: int = BASE_NS  # baseTimeNanoseconds: the wall clock at the profiler's 0
 
     def scaled(self, compute: float) -> RankSpec:
         """This rank with its compute slowed by ``compute`` (1.2: 20 % slower); the others'
@@ -121,7 +122,8 @@ def step_events(spec: RankSpec, step: int) -> list[dict[str, Any]]:
         kernels.append(("kernel", name, start + k * each, each, COMPUTE_STREAM))
     comm_start = start + spec.compute_us - spec.overlap_us
     comm = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
-    kernels.append(("kernel", comm, comm_start, spec.comm_us, COMM_STREAM))
+    if spec.comm_us > 0:  # one worker: no collective
+        kernels.append(("kernel", comm, comm_start, spec.comm_us, COMM_STREAM))
     for cat, name, ts, dur, stream in kernels:
         corr += 1
         launch = "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel"
@@ -179,7 +181,8 @@ def _cpu_step(spec: RankSpec, t0: float) -> list[dict[str, Any]]:
     for k in range(COMPUTE_KERNELS):
         out.append(_op("aten::addmm", t0 + spec.copy_us + k * each, each, 1))
     comm_start = t0 + spec.copy_us + spec.compute_us - spec.overlap_us
-    out.append(_op("gloo:all_reduce", comm_start, spec.comm_us, 2))
+    if spec.comm_us > 0:
+        out.append(_op("gloo:all_reduce", comm_start, spec.comm_us, 2))
     return out
 
 
@@ -202,28 +205,32 @@ def document(spec: RankSpec) -> dict[str, Any]:
 
 
 def document_meta(spec: RankSpec) -> dict[str, Any]:
-    """The top-level keys of a trace, its events left out."""
+    """The top-level keys of a trace, its events left out; ``distributedInfo`` only for more
+    than one rank (a 1-worker job never starts ``torch.distributed``)."""
     gpu = spec.device == "gpu"
-    return {
+    out: dict[str, Any] = {
         "schemaVersion": 1,
         "deviceProperties": [{"id": 0, "name": "NVIDIA H100", "totalGlobalMem": 85e9}]
         if gpu
         else [],
-        "distributedInfo": {
+    }
+    if spec.world_size > 1:
+        out["distributedInfo"] = {
             "backend": "nccl" if gpu else "gloo",
             "rank": spec.rank,
             "world_size": spec.world_size,
-        },
-        "traceName": f"worker_{spec.rank}",
-        "baseTimeNanoseconds": BASE_NS,
-    }
+        }
+    out["traceName"] = f"worker_{spec.rank}"
+    out["baseTimeNanoseconds"] = spec.base_ns
+    return out
 
 
 def write(spec: RankSpec, folder: Path, gz: bool = False, stamp: int = 1) -> Path:
     """Write ``worker_<rank>.<stamp>.pt.trace.json`` (``.gz`` when ``gz``) into ``folder``."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"worker_{spec.rank}.{stamp}.pt.trace.json"
-    head = {k: v for k, v in document_meta(spec).items() if k != "baseTimeNanoseconds"}
+    tail_keys = ("traceName", "baseTimeNanoseconds")
+    head = {k: v for k, v in document_meta(spec).items() if k not in tail_keys}
     with (
         gzip.open(path.with_name(path.name + ".gz"), "wt", encoding="utf-8")
         if gz
@@ -235,7 +242,7 @@ def write(spec: RankSpec, folder: Path, gz: bool = False, stamp: int = 1) -> Pat
             for event in step_events(spec, step):
                 fh.write(sep + json.dumps(event))
                 sep = ",\n"
-        tail = {"traceName": f"worker_{spec.rank}", "baseTimeNanoseconds": BASE_NS}
+        tail = {"traceName": f"worker_{spec.rank}", "baseTimeNanoseconds": spec.base_ns}
         fh.write("], " + json.dumps(tail)[1:])
     return path.with_name(path.name + ".gz") if gz else path
 

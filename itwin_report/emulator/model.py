@@ -49,6 +49,7 @@ class Step:
     collectives: int  # collective calls per step
     spin: float  # device time collectives spend waiting for peers (not wall time)
     input: float  # b / per-GPU loader rate
+    straggle: float = 0.0  # the others' wait per step for a slow rank (see slow_ranks)
 
     @property
     def compute(self) -> float:
@@ -62,8 +63,9 @@ class Step:
 
     @property
     def busy(self) -> float:
-        """Compute plus exposed communication: the step time without input limits."""
-        return self.compute + self.exposed_comm
+        """Compute plus exposed communication (plus the wait for a straggler): the step time
+        without input limits."""
+        return self.compute + self.exposed_comm + self.straggle
 
     @property
     def time(self) -> float:
@@ -82,8 +84,9 @@ class Step:
 
     @property
     def gpu_busy_share(self) -> float:
-        """Share of the step a kernel runs (compute, collectives, spinning), at most 1."""
-        return min(1.0, (self.compute + self.comm + self.spin) / self.time)
+        """Share of the step a kernel runs (compute, collectives, spinning, waiting for a
+        straggler inside the collective), at most 1."""
+        return min(1.0, (self.compute + self.comm + self.spin + self.straggle) / self.time)
 
 
 def input_rate(p: ModelParams, workers: int) -> float:
@@ -128,11 +131,28 @@ def _communication(
     raise ValueError(f"unknown strategy {strategy!r}")
 
 
+def slow_ranks(p: ModelParams, workers: int) -> range:
+    """The ranks whose compute takes ``straggler_factor`` times longer, holding the others
+    back: ``straggler_rank``, or with ``straggler_node`` every rank on its node. None when the
+    factor is 1, when the job has no such rank, or when every rank of the job would be slow
+    (one worker, a one-node job on the slow node: nobody waits for anybody)."""
+    rank = p.straggler_rank
+    if p.straggler_factor == 1 or rank >= workers:
+        return range(0)
+    slow = range(rank, rank + 1)
+    if p.straggler_node:
+        first = rank // p.gpus_per_node * p.gpus_per_node
+        slow = range(first, min(first + p.gpus_per_node, workers))
+    return slow if len(slow) < workers else range(0)
+
+
 def step(p: ModelParams, strategy: str, workers: int) -> Step:
     """All per-step times of ``strategy`` on ``workers`` GPUs."""
     fb = p.batch_size / p.gpu_samples_per_sec * p.strategy(strategy, "compute_factor")
-    backward = p.backward_share * fb
     optimizer = p.optimizer_s / workers if strategy == "deepspeed" else p.optimizer_s
+    # the others wait for the slow ranks inside the collective
+    straggle = (fb + optimizer) * (p.straggler_factor - 1) if slow_ranks(p, workers) else 0.0
+    backward = p.backward_share * fb
     comm, hidden, extra, calls = _communication(p, strategy, workers, backward)
     return Step(
         forward_backward=fb,
@@ -144,6 +164,7 @@ def step(p: ModelParams, strategy: str, workers: int) -> Step:
         collectives=calls,
         spin=spin_s(p, strategy, workers),
         input=p.batch_size / input_rate(p, workers),
+        straggle=straggle,
     )
 
 

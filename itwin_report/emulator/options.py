@@ -6,6 +6,7 @@ Every option is checked here, before any store is opened; a bad value is a usage
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import NamedTuple
 
 from itwin_report.emulator import model
@@ -28,6 +29,7 @@ MAX_WORKER_RUNS = 20_000  # all jobs together
 MAX_POINTS = 5_000_000  # metric points of all worker runs together
 MAX_STEPS_PER_JOB = 10_000_000  # training steps emulated per job (all epochs)
 MAX_NAME = 250
+MAX_TRACE_FILES = 20_000  # profiler traces (one per rank of every job) in all
 
 
 class OptionError(ReportError):
@@ -68,6 +70,7 @@ class EmulationOptions:
     itwinai_only: bool = False  # only what itwinai 0.4.2 logs
     energy_counter: bool = False  # log gpu_energy_J and each rank's hostname and gpu_index
     scaling: str = "strong"
+    traces: str | None = None  # folder for one profiler trace per rank of every job
 
     def validate(self) -> None:
         """OptionError for anything outside the documented limits."""
@@ -100,6 +103,18 @@ class EmulationOptions:
         runs = sum(len(self.log_ranks(c.workers)) for c in self.configs()) * self.repeats
         if runs > MAX_WORKER_RUNS:
             raise OptionError(f"{runs} worker runs asked for; the limit is {MAX_WORKER_RUNS}")
+        if self.traces is not None:
+            self._check_traces(self.traces)
+
+    def _check_traces(self, folder: str) -> None:
+        files = sum(c.workers for c in self.configs()) * self.repeats
+        if files > MAX_TRACE_FILES:
+            raise OptionError(f"{files} trace files asked for; the limit is {MAX_TRACE_FILES}")
+        if not folder.strip() or any(ord(c) < 32 for c in folder):
+            raise OptionError("--traces must name a folder")
+        path = Path(folder).expanduser()
+        if path.exists() and not path.is_dir():
+            raise OptionError(f"--traces {folder}: not a folder")
 
     def params(self) -> ModelParams:
         """Preset, then --gpus-per-node and --epochs, then --set; validated."""

@@ -14,6 +14,7 @@ from typing import Any
 
 from itwin_report.util.errors import ReportError
 
+MAX_TRACED_STEPS = 100  # keeps each emulated trace small
 STRATEGIES: tuple[str, ...] = ("deepspeed", "horovod", "torch-ddp")
 PREFIX: dict[str, str] = {"deepspeed": "ds", "horovod": "hvd", "torch-ddp": "ddp"}
 STRATEGY_CLASS: dict[str, str] = {
@@ -66,6 +67,11 @@ class ModelParams:
     profiled_steps: int = 20
     sync_us: float = 40.0  # cudaDeviceSynchronize + cudaStreamSynchronize per step
     profiler_step_us: float = 30.0  # self time of the ProfilerStep* rows per step
+    traced_steps: int = 4  # profiler steps per rank in each trace (emulate --traces)
+    # a straggler: one rank's (or one node's) compute takes straggler_factor times longer
+    straggler_factor: float = 1.0  # 1: none
+    straggler_rank: int = 0  # the slow rank; a job with fewer ranks has none
+    straggler_node: int = 0  # 1: every rank on straggler_rank's node is slow (a slow node)
     # noise (multiplicative factors have mean exactly 1; ``noise`` scales every sigma)
     noise: float = 1.0
     sigma_run: float = 0.02
@@ -249,6 +255,7 @@ def validate(p: ModelParams) -> None:
         "probing_interval",
         "log_every_steps",
         "profiled_steps",
+        "traced_steps",
         "ddp_bucket_mb",
         "hvd_fusion_mb",
         "device_copy_gb_per_s",
@@ -262,6 +269,12 @@ def validate(p: ModelParams) -> None:
     for name in ("backward_share", "overhead_busy", "checkpoint_busy", "ddp_overlap", "ds_overlap"):
         if getattr(p, name) > 1:
             raise ReportError(f"parameter {name} must be between 0 and 1")
+    if p.traced_steps > MAX_TRACED_STEPS:
+        raise ReportError(f"parameter traced_steps must be at most {MAX_TRACED_STEPS}")
+    if p.straggler_factor < 1:
+        raise ReportError("parameter straggler_factor must be >= 1 (1: no straggler)")
+    if p.straggler_node > 1:
+        raise ReportError("parameter straggler_node must be 0 (one slow rank) or 1 (a slow node)")
     if p.rate_smoothing >= 1:
         raise ReportError("parameter rate_smoothing must be below 1")
     if p.board_w < p.idle_w:

@@ -65,12 +65,17 @@ def _collective_rows(strategy: str, kernel_us: float, calls: int, steps: int) ->
     ]
 
 
-def _device_copy_s(p: ModelParams, strategy: str, workers: int) -> float:
+def device_copy_s(p: ModelParams, strategy: str, workers: int) -> float:
     """DtoD copies per step: Horovod's fusion buffer in and out; one bucket/partition copy."""
     if workers <= 1:
         return 0.0
     copies = 2 if strategy == "horovod" else 1
     return copies * p.grad_mb * 1e6 / (p.device_copy_gb_per_s * 1e9)
+
+
+def host_copy_s(p: ModelParams) -> float:
+    """The batch's host-to-device copy per step: b * sample_mb / pcie_gb_per_s."""
+    return p.batch_size * p.sample_mb * 1e6 / (p.pcie_gb_per_s * 1e9)
 
 
 def rows(p: ModelParams, strategy: str, workers: int) -> list[Row]:
@@ -84,8 +89,8 @@ def rows(p: ModelParams, strategy: str, workers: int) -> list[Row]:
     ]
     out.append(Row(OPTIMIZER_ROW, st.optimizer * us, st.optimizer * us, 160 * k, True))
     out += _collective_rows(strategy, (st.comm + st.spin) * us, st.collectives, k)
-    htod = p.batch_size * p.sample_mb * 1e6 / (p.pcie_gb_per_s * 1e9) * us
-    dtod = _device_copy_s(p, strategy, workers) * us
+    htod = host_copy_s(p) * us
+    dtod = device_copy_s(p, strategy, workers) * us
     half_sync = p.sync_us / 2 * k
     out += [
         Row("Memcpy HtoD (Pageable -> Device)", htod, htod, 2 * k, False),

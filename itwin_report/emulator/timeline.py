@@ -160,6 +160,7 @@ class Job:
     total_time: float
     epoch_times: np.ndarray
     ranks: list[RankOutput]
+    train_starts: np.ndarray = field(default_factory=lambda: np.zeros(0))  # s since the start
 
     @property
     def end_ms(self) -> int:
@@ -250,7 +251,8 @@ def build_job(
         table = _noisy_profile(rows, rng, p.sigma_profile * p.noise)
         csv = profile.to_csv(table, label, workers, rank, p.gpus_per_node)
         out.append(RankOutput(rank, pts, csv, dict(perf)))
-    return Job(label, workers, repeat, start_ms, total, lay.epoch_times, out)
+    starts = p.setup_s + lay.train_starts
+    return Job(label, workers, repeat, start_ms, total, lay.epoch_times, out, starts)
 
 
 def losses(epochs: int, steps: int, epoch_ends_ms: np.ndarray, main: bool) -> list[Point]:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from itwin_report.emulator import model, profile, timeline
+from itwin_report.emulator import bounds, model, profile, timeline, tracing
 from itwin_report.emulator.options import EmulationOptions
 from itwin_report.emulator.params import ModelParams
 from itwin_report.util.errors import ReportError
@@ -49,6 +49,7 @@ def configuration(
         "input_bound": st.input_bound,
         "gpus_per_node": p.gpus_per_node,
         "nodes": model.nodes(workers, p.gpus_per_node),
+        "time_breakdown": bounds.breakdown(p, strategy, workers),
     }
 
 
@@ -64,7 +65,15 @@ def expected_truth(options: EmulationOptions) -> dict[str, Any]:
         q = options.config_params(p, c.workers)
         row = configuration(q, c.model, c.workers, len(options.log_ranks(c.workers)))
         row["strategy"] = c.strategy
+        if options.traces is not None:
+            row["trace_ranks"] = tracing.rank_truth(tracing.rank_specs(q, c.model, c.workers))
         configs.append(row)
+    weak = options.scaling == "weak"
+    for row, efficiency in zip(configs, bounds.efficiencies(configs, weak), strict=True):
+        b = row["time_breakdown"]
+        b["efficiency"] = efficiency
+        b["bound_by_without_traces"] = bounds.verdict(b, efficiency, traces=False)[0]
+        row["bound_by"], b["decided_by"] = bounds.verdict(b, efficiency, traces=True)
     return {
         "preset": options.preset,
         "seed": options.seed,
@@ -72,6 +81,11 @@ def expected_truth(options: EmulationOptions) -> dict[str, Any]:
         "itwinai_only": options.itwinai_only,
         "energy_counter": options.energy_counter,
         "params": p.as_dict(),
+        "thresholds": {
+            "overhead_share": bounds.OVERHEAD_SHARE,
+            "exposed_share": bounds.EXPOSED_SHARE,
+            "efficiency_floor": bounds.EFFICIENCY_FLOOR,
+        },
         "configurations": configs,
     }
 

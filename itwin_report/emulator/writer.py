@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from itwin_report.data.rundata import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
-from itwin_report.emulator import timeline
+from itwin_report.emulator import timeline, tracing
 from itwin_report.emulator.options import NON_DISTRIBUTED, Config, EmulationOptions
 from itwin_report.emulator.params import STRATEGIES, STRATEGY_CLASS, ModelParams
 from itwin_report.emulator.target import check_reachable
@@ -49,6 +49,12 @@ class EmulationResult:
     metric_points: int = 0
     seconds: float = 0.0
     job_run_ids: list[str] = field(default_factory=list)
+    trace_files: list[Path] = field(default_factory=list)
+
+    @property
+    def trace_bytes(self) -> int:
+        """Size of the trace files written."""
+        return sum(path.stat().st_size for path in self.trace_files)
 
 
 def job_rng(seed: int, strategy: str, workers: int, repeat: int) -> np.random.Generator:
@@ -183,6 +189,10 @@ def run_emulation(
     upgrade = check_target(tracking_uri, migrate)
     check_reachable(tracking_uri)
     created = new_paths(tracking_uri, options.experiment_name, artifact_root)
+    if options.traces is not None:
+        first = _first_missing(Path(options.traces))
+        created += [first] if first is not None else []
+    traces: list[Path] = []
     try:
         _prepare_store(tracking_uri)
         from itwin_report.emulator import mlflow_writer
@@ -191,8 +201,9 @@ def run_emulation(
             mlflow_writer.upgrade_store(tracking_uri)
 
         with mlflow_writer.writing_environment(tracking_uri):
-            result = _emulate(options, p, tracking_uri, show_progress, hook, artifact_root)
+            result = _emulate(options, p, tracking_uri, show_progress, hook, artifact_root, traces)
     except BaseException as exc:
+        tracing.remove(traces)
         remove_created(created)
         if isinstance(exc, Exception) and not isinstance(exc, ReportError):
             reason = _os_reason(exc)
@@ -201,6 +212,7 @@ def run_emulation(
                     f"writing to {mask_uri(tracking_uri)} failed: {reason}; nothing was kept"
                 ) from None
         raise
+    result.trace_files = traces
     result.seconds = time.perf_counter() - started
     return result
 
@@ -276,7 +288,9 @@ def _emulate(
     show_progress: bool,
     hook: Hook | None,
     artifact_root: str | None,
+    traces: list[Path],
 ) -> EmulationResult:
+    """Write every job; the trace files written are added to ``traces`` as they are written."""
     from itwin_report.emulator import mlflow_writer
 
     try:
@@ -306,6 +320,9 @@ def _emulate(
                 job = _build(p, options, repeat, config, start)
                 clock = job.end_ms
                 record = job_record(job, options.config_params(p, config.workers), options)
+                if options.traces is not None:
+                    traces += write_traces(Path(options.traces), record.name, job, p, options,
+                                           config)  # fmt: skip
                 on_worker = (lambda i=index: hook("worker-written", i)) if hook else None
                 run_id = writer.write_job(exp_id, record, on_worker)
                 result.jobs += 1
@@ -326,6 +343,24 @@ def _emulate(
             raise StoreError(f"writing the artifacts failed: {exc.strerror or exc}") from None
         raise
     return result
+
+
+def write_traces(
+    root: Path,
+    run_name: str,
+    job: timeline.Job,
+    p: ModelParams,
+    options: EmulationOptions,
+    config: Config,
+) -> list[Path]:
+    """One profiler trace per rank of ``job`` in ``root/<run name>/torch-traces``, inside the
+    job's start and end; the traces of odd repeats are gzipped (``.pt.trace.json.gz``)."""
+    q = options.config_params(p, config.workers)
+    specs = tracing.rank_specs(q, config.model, config.workers)
+    specs = tracing.placed(
+        specs, job.start_ms, job.end_ms, tracing.profiled_start_s(job.train_starts)
+    )
+    return tracing.write_job(tracing.trace_folder(root, run_name), specs, gz=job.repeat % 2 == 1)
 
 
 def _check_empty(count: int, options: EmulationOptions) -> None:
