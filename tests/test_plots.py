@@ -228,6 +228,7 @@ def test_missing_plots_say_why() -> None:
         "throughput": "no throughput data",
         "rates": "no run logged Rate/GlobalRate metrics",
         "pareto": "no GPU metrics",
+        "time_breakdown": "no run's wall time (total_time of performance.json)",
     }
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from itwin_report.plots import decisions
+from itwin_report.plots import breakdown, decisions
 from itwin_report.plots import figures as f
 from itwin_report.util.errors import ReportError
 
@@ -40,6 +40,7 @@ FIGURES: dict[str, Callable[[Report], Figure | None]] = {
     "rates": f.rates_figure,
     "prediction": decisions.prediction_figure,
     "pareto": decisions.pareto_figure,
+    "time_breakdown": breakdown.breakdown_figure,
 }
 # figures drawn only when asked for (``--predict``): their absence needs no reason
 _ON_REQUEST = ("prediction",)
@@ -84,6 +85,8 @@ def missing_reason(report: Report, name: str) -> str:
     """Why figure ``name`` has no data, in a few words: the real cause, not a guess."""
     if name == "rates":
         return _rates_reason(report)
+    if name == "time_breakdown":
+        return breakdown.missing_reason(report)
     table, _column, if_empty, if_nan = _SOURCES[name]
     frame = getattr(report, table)
     if frame.empty:

@@ -35,6 +35,7 @@ TABLE_FIGURES: dict[str, tuple[str, ...]] = {
     "computation": ("computation",),
     "throughput": ("throughput", "rates"),
     "pareto": ("pareto",),
+    "time_breakdown": ("time_breakdown",),
 }
 WIDE_TABLE = 8  # tables with more columns than this sit above their plots, not beside them
 
