@@ -241,6 +241,34 @@ def test_traces_option_errors_are_one_line(tmp_path: Path) -> None:
     result = cli_runner().invoke(main, ["emulate", "--tracking-uri", uri, "--traces", str(afile)])
     assert result.exit_code == 2 and result.stdout == ""
     assert result.stderr == f"Error: --traces {afile}: not a folder\n"
+    inside = tmp_path / "artifacts" / "traces"  # where the new store keeps its artifacts
+    result = cli_runner().invoke(main, ["emulate", "--tracking-uri", uri, "--traces", str(inside)])
+    assert (
+        result.exit_code == 2 and "--traces" in result.stderr and "tracking store" in result.stderr
+    )
     bad = cli_runner().invoke(main, ["emulate", "--set", "straggler_factor=0.5", "-q"])
     assert bad.exit_code == 2 and "straggler_factor must be >= 1" in bad.stderr
     assert not (tmp_path / "m.db").exists()
+
+
+def test_a_slow_node_slows_its_ranks_and_the_step(tmp_path: Path) -> None:
+    sets = ("straggler_factor=1.2", "straggler_rank=5", "straggler_node=1")
+    options = EmulationOptions(
+        strategies=("torch-ddp",), workers=(4, 16), overrides=sets, traces=str(tmp_path)
+    )
+    ddp4, ddp16 = expected_truth(options)["configurations"]
+    # 4 GPUs per node: rank 5's node holds ranks 4-7; a 4-GPU job has no rank 5
+    assert ddp16["time_breakdown"]["straggler_ranks"] == [4, 5, 6, 7]
+    assert ddp4["time_breakdown"]["straggler_ranks"] == [] and ddp4["bound_by"] != "a straggler"
+    # compute 0.132 s per step, 0.1584 s on the slow node; 3 steps analysed
+    compute = {r["rank"]: r["compute_s"] for r in ddp16["trace_ranks"]}
+    assert {r for r, c in compute.items() if c == pytest.approx(3 * 0.1584)} == {4, 5, 6, 7}
+    assert {r for r, c in compute.items() if c == pytest.approx(3 * 0.132)} == (
+        set(range(16)) - {4, 5, 6, 7}
+    )
+    # the others wait 0.0264 s per step in their all-reduce: the step and the epochs grow
+    step = 0.132 + 0.0096 * 0.2 + 0.132 * 0.2
+    wall = 12 + 5 * (49 * step + 3) + 8 + 2 * 4
+    assert ddp16["time_breakdown"]["wall_s"] == pytest.approx(wall)
+    assert ddp16["bound_by"] == "a straggler"
+    assert ddp16["time_breakdown"]["bound_by_without_traces"] == "fixed per-epoch overhead"
