@@ -15,13 +15,20 @@ from typing import Any
 
 import pytest
 from conftest import bulk_worker_runs, cli_runner, epoch_time, gpu_power, running_mlflow_server
+from mlflow.tracking import MlflowClient
 
 from itwin_report.cli import main
+from itwin_report.data.rundata import PERFORMANCE_ARTIFACT, PROFILE_ARTIFACT
+from itwin_report.store import _load
+from itwin_report.store.api_reader import BULK_PATH, ApiReader
+from itwin_report.store.rest import ARTIFACTS_PATH
 
 pytestmark = [pytest.mark.old_server, pytest.mark.server]
 
 JOBS = [("torch-ddp", 8)] * 8 + [("deepspeed", 8)] * 8  # 16 jobs x 8 workers = 128 worker runs
 GUNICORN_LIMIT = 4094  # gunicorn's default limit_request_line
+PROFILED = 8  # worker runs with a profiler CSV: the first job's
+PROFILE = "name,self_cuda_time_total\naten::mm,600.0\nnccl:all_reduce,200.0\n"
 
 
 def old_mlflow() -> Path:
@@ -61,6 +68,14 @@ def old_server(tmp_path_factory: pytest.TempPathFactory) -> Any:
         runs = job_runs()
         ids = bulk_worker_runs(backend, "old", runs, client_uri=url)
         workers = [i for i, run in zip(ids, runs, strict=True) if run.get("parent") is not None]
+        # the first job's ranks logged a profile, through the server's artifact store
+        exp = MlflowClient(url).get_experiment_by_name("old")
+        assert exp is not None and exp.artifact_location.startswith("mlflow-artifacts:")
+        folder = root / "artifacts" / exp.artifact_location.split(":", 1)[1].strip("/")
+        for run in workers[:PROFILED]:
+            path = folder / run / "artifacts" / PROFILE_ARTIFACT
+            path.parent.mkdir(parents=True)
+            path.write_text(PROFILE, encoding="utf-8")
         yield url, backend, workers
 
 
@@ -99,3 +114,32 @@ def test_report_through_the_old_server_matches_the_database(old_server: Any) -> 
     for row in rows.values():
         assert row["workers"] == 8 and row["runs"] == 8
         assert row["avg_epoch_time_s"] == pytest.approx(14.0)
+
+
+def test_each_request_once_through_the_old_server(old_server: Any) -> None:
+    """Bulk histories in batches that fit the request line; every artifact asked for once.
+
+    MLflow 2.x answers a missing artifact with HTTP 500: one listing of its folder tells that
+    it is absent, not that the server failed.
+    """
+    url, _, workers = old_server
+    reader = ApiReader(url)
+    try:
+        data = _load(reader, url, "old", (), False, False)
+        sent = reader.requests
+    finally:
+        reader.close()
+    assert len(data.runs) == len(workers) == 128
+    # gpu_power_W of 128 runs in 3 requests of at most 47, epoch_time_s of the 16 rank-0 runs
+    assert sent[BULK_PATH] == 3 + 1
+    downloads = {p: n for p, n in sent.items() if p.startswith(ARTIFACTS_PATH + "/")}
+    assert set(downloads.values()) == {1} and len(downloads) == 2 * 128
+    for run in workers[:PROFILED]:
+        assert sum(p.endswith(f"/{run}/artifacts/{PROFILE_ARTIFACT}") for p in downloads) == 1
+    missing = 2 * 128 - PROFILED  # every performance.json, the other profiles
+    assert sent[ARTIFACTS_PATH] == missing
+    assert not any("could not read" in str(w) for w in data.warnings)
+    # each profiled rank: 600 of 800 us in computation
+    assert sorted(data.profiles["run_id"].unique()) == sorted(workers[:PROFILED])
+    assert data.profiles["self_cuda_time_total"].sum() == PROFILED * 800.0
+    assert PERFORMANCE_ARTIFACT not in " ".join(map(str, data.warnings))

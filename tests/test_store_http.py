@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pandas as pd
 import pytest
 import requests
 from conftest import build_scaling_store, bulk_worker_runs
 
-from itwin_report.store import api_reader, load_experiment, mlflow_api
+from itwin_report.store import _load, api_reader, load_experiment, mlflow_api, rest
 from itwin_report.store.sql_open import open_sql_reader
 
 pytestmark = pytest.mark.server
@@ -66,27 +73,35 @@ def test_http_artifacts_are_downloaded(mlflow_server: tuple[str, str], http_scal
     assert data.tracking_uri == url
 
 
+def _bulk_requests(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, list[str], int]]:
+    """(key, run ids, request line length) of every bulk request the reader sends from now."""
+    sent: list[tuple[str, list[str], int]] = []
+    real_send = rest.HttpSession.send
+
+    def send(self: rest.HttpSession, method: str, path: str, *args: Any, **kwargs: Any) -> Any:
+        if path == api_reader.BULK_PATH:
+            params = kwargs["params"]
+            prepared = requests.Request(method, self.base + path, params=params).prepare()
+            line = len(f"{method} {prepared.path_url} HTTP/1.1")
+            sent.append((params["metric_key"], list(params["run_id"]), line))
+        return real_send(self, method, path, *args, **kwargs)
+
+    monkeypatch.setattr(rest.HttpSession, "send", send)
+    return sent
+
+
 def test_bulk_histories_are_complete(
     mlflow_server: tuple[str, str], bulk_store: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     url, _ = mlflow_server
-    bulk_sizes: list[tuple[str, int]] = []
-    request_lines: list[int] = []
     fallback: list[tuple[str, str]] = []
-    real_get, real_history = api_reader.HttpSession.get, mlflow_api.metric_history
-
-    def get(self: api_reader.HttpSession, path: str, params: Any, timeout: Any) -> Any:
-        if path == api_reader.BULK_PATH:
-            bulk_sizes.append((params["metric_key"], len(params["run_id"])))
-            prepared = requests.Request("GET", self.base + path, params=params).prepare()
-            request_lines.append(len(f"GET {prepared.path_url} HTTP/1.1"))
-        return real_get(self, path, params, timeout)
+    real_history = mlflow_api.metric_history
 
     def history(uri: str, run_id: str, key: str) -> Any:
         fallback.append((run_id, key))
         return real_history(uri, run_id, key)
 
-    monkeypatch.setattr(api_reader.HttpSession, "get", get)
+    sent = _bulk_requests(monkeypatch)
     monkeypatch.setattr(mlflow_api, "metric_history", history)
     data = load_experiment(url, "http-bulk", show_progress=False)
 
@@ -95,11 +110,11 @@ def test_bulk_histories_are_complete(
     m = data.metrics
     counts = m.groupby(["run_id", "key"]).size()
     # epoch_time_s: 3 points for each of the 150 runs, in batches whose request line fits
-    # gunicorn's 4,094 bytes: 40 bytes per run ("run_id=" + 32 hex + "&") -> 47 a request
+    # within 2,000 bytes: 40 bytes per run ("run_id=" + 32 hex + "&") -> 47 a request
     assert (counts.xs("epoch_time_s", level="key") == 3).all()
     assert len(counts.xs("epoch_time_s", level="key")) == N_BULK
-    assert sorted(n for k, n in bulk_sizes if k == "epoch_time_s") == [9, 47, 47, 47]
-    assert max(request_lines) <= api_reader.MAX_REQUEST_LINE < 4094
+    assert sorted(len(run_ids) for k, run_ids, _ in sent if k == "epoch_time_s") == [9, 47, 47, 47]
+    assert max(line for *_, line in sent) <= api_reader.MAX_REQUEST_LINE < 4094
     power = m[m["key"] == "gpu_power_W"]
     per_run = power.groupby("run_id")["value"].agg(["size", "sum"])
     assert len(per_run) == MID_RUNS + 1
@@ -108,9 +123,74 @@ def test_bulk_histories_are_complete(
     # 0 + 1 + ... + 29,999 = 29,999 * 30,000 / 2 = 449,985,000
     assert tuple(per_run.loc[ids[-1]]) == (BIG_POINTS, 449_985_000.0)
     assert fallback == [(ids[-1], "gpu_power_W")]  # only the run that alone fills a page
-    # the 41-run gpu_power_W batch (58,000 points) filled a page and was asked for again
-    power_requests = [n for k, n in bulk_sizes if k == "gpu_power_W"]
-    assert power_requests[0] == MID_RUNS + 1 and len(power_requests) >= 2
+    # 41 runs (58,000 points): the page holds 35 whole runs (24,500 points) and 500 points of
+    # the 36th; the 36th and the 5 after it are asked for once more, in one request (3,500 +
+    # 21,500 points of the big run: full again); then the big run alone (a full page), and
+    # it is read page by page
+    power_requests = [run_ids for k, run_ids, _ in sent if k == "gpu_power_W"]
+    assert [len(r) for r in power_requests] == [MID_RUNS + 1, 6, 1]
+    assert power_requests[1] == [*ids[35:MID_RUNS], ids[-1]]
+
+
+def test_each_request_once_and_counted(mlflow_server: tuple[str, str], http_scaling: dict) -> None:
+    """A report reads each bulk history and artifact once; the server logged what it counts."""
+    url, backend = mlflow_server
+    log = Path(backend.removeprefix("sqlite:///")).parent / "server.log"
+    logged_before = _logged_paths(log)
+    reader = api_reader.ApiReader(url)
+    try:
+        experiments = len(reader.experiments())
+        data = _load(reader, url, "http-scaling", (), False, False)
+        sent = reader.requests
+    finally:
+        reader.close()
+    workers = len(data.runs)
+    assert workers == 10
+    # the probe, the listing twice (once above); one page of runs, and a run looked for in
+    # each experiment when there are several to choose from (twice: once above)
+    assert sent[rest.EXPERIMENTS_PATH] == 3
+    assert sent[rest.RUNS_PATH] == 1 + (2 * experiments if experiments > 1 else 0)
+    # every worker's histories fit one request per key (10 runs, a few hundred points)
+    assert sent[api_reader.BULK_PATH] == data.metrics["key"].nunique() == 3
+    # one request per artifact and worker, none repeated; MLflow 3 answers 404 for a missing
+    # one, so no folder is listed
+    downloads = {p: n for p, n in sent.items() if p.startswith(rest.ARTIFACTS_PATH + "/")}
+    assert len(downloads) == 2 * workers and set(downloads.values()) == {1}
+    assert sent.get(rest.ARTIFACTS_PATH, 0) == 0
+    # the server logged the same requests (its access log is written as it answers)
+    deadline = time.monotonic() + 10
+    while True:
+        logged = _logged_paths(log) - logged_before
+        if logged == Counter(sent) or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert {p: n for p, n in logged.items() if p in sent} == sent
+
+
+def _logged_paths(log: Path) -> Counter[str]:
+    """How many requests ``mlflow server``'s access log holds for each path (query left out)."""
+    lines = log.read_text(encoding="utf-8", errors="replace")
+    return Counter(unquote(m) for m in re.findall(r'"(?:GET|POST) ([^? ]+)\S* HTTP/1\.1"', lines))
+
+
+def test_reading_a_server_needs_no_mlflow_client(
+    mlflow_server: tuple[str, str], http_scaling: dict
+) -> None:
+    """Runs, metrics and artifacts of a server come without importing MLflow (2.5 s)."""
+    url, _ = mlflow_server
+    script = (
+        "import sys\n"
+        "from itwin_report.store.api_reader import ApiReader\n"
+        "from itwin_report.store import _load\n"
+        f"reader = ApiReader({url!r})\n"
+        f"data = _load(reader, {url!r}, 'http-scaling', (), False, False)\n"
+        "print(len(data.runs), len(data.profiles) > 0, 'mlflow' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["10", "True", "False"]
 
 
 def test_split_token_keeps_the_rest_of_the_uri() -> None:

@@ -1,85 +1,60 @@
 """Read a store through MLflow's public API: HTTP servers, and SQL stores of another schema.
 
-Runs come from ``search_runs`` page by page. On an HTTP server metric histories come from the
-bulk endpoint (up to 100 runs and 25,000 points a request, and a request line short enough for
-gunicorn's 4,094-byte limit, which MLflow 2.x servers run under); that endpoint cuts off at
-``max_results`` points without saying so, so after a full page the runs it may have cut short
-are asked for again; a single run that alone fills a page goes through the paginated
-``get_metric_history``. Other stores are asked per run
-and key, but only for keys the run has logged.
+On an HTTP server everything goes through its REST API (:mod:`~itwin_report.store.rest`):
+experiments and runs from the search endpoints page by page, metric histories from the bulk
+endpoint, artifacts from the server's artifact proxy. The server's cost is per request and per
+point, so each bulk request names as many runs as fit (up to 100 runs, 25,000 points, and a
+request line short enough for gunicorn's 4,094-byte limit, which MLflow 2.x servers run under),
+only for keys each run has logged, and :data:`SERVER_WORKERS` requests are in flight at once.
+The bulk endpoint cuts off at ``max_results`` points without saying so: after a full page the
+runs it may have cut short are asked for again, in one request; a single run that alone fills a
+page goes through the paginated ``get_metric_history``. Other stores go through MLflow's
+client, per run and key, but only for keys the run has logged.
 """
 
 from __future__ import annotations
 
-import html
-import json
 import os
-import re
-import tempfile
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from itwin_report.data.rundata import METRIC_KEYS
-from itwin_report.store import mlflow_api
+from itwin_report.store.rest import (
+    ARTIFACTS_PATH,
+    EXPERIMENTS_PATH,
+    PAGE_SIZE,
+    RETRIED_STATUS,
+    RUNS_PATH,
+    TOKEN_ENV,
+    HttpSession,
+    http_detail,
+    limit_http_retries,
+    proxied_path,
+    run_record,
+    split_token,
+)
 from itwin_report.store.tree import RAW_RUN_COLUMNS
 from itwin_report.store.uri import HTTP, mask_uri, store_kind
 from itwin_report.util.errors import StoreError
-from itwin_report.util.masking import mask_text
 from itwin_report.util.progress import Advance
 
+__all__ = ["ApiReader", "HttpSession", "bulk_batches", "http_detail", "split_token"]
+
 BULK_PATH = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
-PROBE_PATH = "/api/2.0/mlflow/experiments/search"
+PROBE_PATH = EXPERIMENTS_PATH
 BULK_MAX_RUNS = 100
 BULK_MAX_POINTS = 25_000
 MAX_REQUEST_LINE = 2_000  # bytes of "GET <path>?<query> HTTP/1.1"; gunicorn refuses > 4,094
-CONNECT_TIMEOUT_S = 5.0
-THREADS = 4
+# requests in flight: the worker processes of ``mlflow server`` by default (its --workers, 4
+# in MLflow 3.x under uvicorn and 2.x under gunicorn); more only queue at the server
+SERVER_WORKERS = 4
+THREADS = 4  # MLflow's client, one run and key per call (stores other than HTTP)
 METRIC_FRAME = ["run_id", "key", "step", "value", "timestamp"]
-
-
-def _reason(exc: Exception) -> str:
-    """A short reason from a requests error (``[Errno 111] Connection refused``)."""
-    text = str(exc)
-    found = re.search(r"(\[Errno [^\]]+\][^'\")]*)", text)
-    if found:
-        return found.group(1).strip()
-    if "timed out" in text.lower():
-        return "timed out"
-    return type(exc).__name__
-
-
-def http_detail(status: int, reason: str, content_type: str, body: str) -> str:
-    """``HTTP 404 (Not Found): ...`` from an error answer, in one short line, never markup.
-
-    MLflow's JSON errors give their message; an HTML page (a proxy's, a web server's) gives
-    its title; a 404 adds that no MLflow REST API answers at that address.
-    """
-    text = body.strip()
-    message = ""
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            data = None
-        if isinstance(data, dict):
-            message = str(data.get("message") or data.get("error_code") or "")
-    elif "html" in content_type.lower() or text[:15].lower().startswith(("<!doctype", "<html")):
-        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.IGNORECASE | re.DOTALL)
-        message = re.sub(r"\s+", " ", html.unescape(title.group(1))).strip() if title else ""
-        message = "" if message.lower() in (reason.lower(), "error response") else message
-    elif text:
-        message = text.splitlines()[0]
-    head = f"HTTP {status}" + (f" ({reason})" if reason else "")
-    if status == 404:
-        message = "; ".join(
-            filter(None, [message, "no MLflow REST API at this address (check --tracking-uri)"])
-        )
-    message = re.sub(r"<[^>]*>", "", message)[:200].strip()
-    return mask_text(f"{head}: {message}" if message else head)
 
 
 def bulk_batches(base: str, ids: Sequence[str], key: str) -> Iterator[list[str]]:
@@ -101,82 +76,61 @@ def bulk_batches(base: str, ids: Sequence[str], key: str) -> Iterator[list[str]]
         yield batch
 
 
-TOKEN_PARAMS = ("token", "access_token")  # a server's token given in the URI's query
-TOKEN_ENV = "MLFLOW_TRACKING_TOKEN"
+def points_frame(answer: list[dict[str, Any]], key: str) -> pd.DataFrame:
+    """A bulk answer's points in :data:`METRIC_FRAME` columns.
 
-
-def split_token(uri: str) -> tuple[str, str | None]:
-    """(the URI without a ``?token=``/``?access_token=`` query parameter, that token or None).
-
-    MLflow's client appends its endpoints to the whole URI, query included, so a token in the
-    query must travel another way: as MLflow's bearer token, and as the same query parameter
-    on the reader's own requests.
+    Built column by column (a frame from a list of dicts costs more than parsing the JSON);
+    a value that is not a number (text) becomes NaN, a step or timestamp left out is 0.
     """
-    from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+    n = len(answer)
+    values = [m.get("value") for m in answer]
+    try:
+        value = np.array(values, dtype="float64")
+    except (TypeError, ValueError):
+        value = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy()
+    return pd.DataFrame(
+        {
+            "run_id": [m.get("run_id") for m in answer],
+            "key": [key] * n,
+            "step": np.fromiter((m.get("step", 0) for m in answer), "int64", n),
+            "value": value,
+            "timestamp": np.fromiter((m.get("timestamp", 0) for m in answer), "int64", n),
+        }
+    )
 
-    parts = urlsplit(uri)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    token = next((v for k, v in pairs if k.lower() in TOKEN_PARAMS), None)
-    if token is None:
-        return uri, None
-    rest = urlencode([(k, v) for k, v in pairs if k.lower() not in TOKEN_PARAMS])
-    return urlunsplit(parts._replace(query=rest)), token
 
-
-class HttpSession:
-    """``requests`` with the credentials and TLS settings MLflow's client reads from env."""
-
-    def __init__(self, uri: str, query_token: str | None = None) -> None:
-        import requests
-
-        self.base = uri.rstrip("/")
-        self.session = requests.Session()
-        self.params = {} if query_token is None else {"token": query_token}
-        token = os.environ.get(TOKEN_ENV)
-        user = os.environ.get("MLFLOW_TRACKING_USERNAME")
-        if token:
-            self.session.headers["Authorization"] = f"Bearer {token}"
-        elif user:
-            self.session.auth = (user, os.environ.get("MLFLOW_TRACKING_PASSWORD", ""))
-        if os.environ.get("MLFLOW_TRACKING_INSECURE_TLS", "").lower() == "true":
-            self.session.verify = False
-        elif os.environ.get("MLFLOW_TRACKING_SERVER_CERT_PATH"):
-            self.session.verify = os.environ["MLFLOW_TRACKING_SERVER_CERT_PATH"]
-        if os.environ.get("MLFLOW_TRACKING_CLIENT_CERT_PATH"):
-            self.session.cert = os.environ["MLFLOW_TRACKING_CLIENT_CERT_PATH"]
-
-    def get(self, path: str, params: Any, timeout: tuple[float, float]) -> dict[str, Any]:
-        """The JSON answer of ``GET base+path``; StoreError on transport or HTTP errors."""
-        import requests
-
-        where = mask_uri(self.base)
-        try:
-            query = {**self.params, **dict(params or {})}
-            answer = self.session.get(self.base + path, params=query, timeout=timeout)
-        except requests.RequestException as exc:
-            raise StoreError(f"cannot reach MLflow server at {where}: {_reason(exc)}") from exc
-        if answer.status_code in (401, 403):
-            raise StoreError(
-                f"MLflow server at {where} refused access (HTTP {answer.status_code}); set "
-                "MLFLOW_TRACKING_USERNAME/MLFLOW_TRACKING_PASSWORD or MLFLOW_TRACKING_TOKEN"
-            )
-        if answer.status_code != 200:
-            detail = http_detail(
-                answer.status_code,
-                answer.reason or "",
-                answer.headers.get("Content-Type", ""),
-                answer.text,
-            )
-            raise StoreError(f"MLflow server at {where} answered {detail}")
-        try:
-            data = answer.json()
-        except ValueError as exc:
-            raise StoreError(f"{where} did not answer like an MLflow server") from exc
-        return data if isinstance(data, dict) else {}
+def combine(frames: list[pd.DataFrame], run_ids: Sequence[str]) -> pd.DataFrame:
+    """One frame of ``frames``' points of ``run_ids``, run and key as sorted categories."""
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(columns=METRIC_FRAME)
+    runs = pd.Index(sorted(set(run_ids)))
+    keys = pd.Index(sorted({k for f in frames for k in f["key"].unique()}))
+    run_codes = np.concatenate(
+        [runs.get_indexer(pd.Index(f["run_id"].astype(str))) for f in frames]
+    )
+    key_codes = np.concatenate([keys.get_indexer(pd.Index(f["key"])) for f in frames])
+    known = run_codes >= 0  # a server never answers for runs it was not asked about
+    columns = {
+        c: np.concatenate([f[c].to_numpy() for f in frames])[known] for c in METRIC_FRAME[2:]
+    }
+    return pd.DataFrame(
+        {
+            "run_id": pd.Categorical.from_codes(run_codes[known], categories=runs),
+            "key": pd.Categorical.from_codes(key_codes[known], categories=keys),
+            "step": columns["step"].astype("int64"),
+            "value": columns["value"].astype("float64"),
+            "timestamp": columns["timestamp"].astype("int64"),
+        }
+    )
 
 
 class ApiReader:
-    """Experiments, runs, metrics and artifacts through MLflow's client (and its REST API)."""
+    """Experiments, runs, metrics and artifacts through an MLflow server's REST API, or through
+    MLflow's client for the other stores it reads.
+
+    ``requests`` tells how many requests went to each path of an HTTP server.
+    """
 
     def __init__(self, uri: str) -> None:
         self.uri = uri
@@ -185,20 +139,20 @@ class ApiReader:
         self.warnings: list[str] = []
         self._saved_token: tuple[bool, str | None] | None = None
         if store_kind(uri) == HTTP:
-            mlflow_api.limit_http_retries()
+            limit_http_retries()
             self.uri, token = split_token(uri)
             if token is not None and not os.environ.get(TOKEN_ENV):
-                # MLflow's client sends it as its bearer token for the reader's lifetime
+                # MLflow's client (artifacts elsewhere than the server) sends it as its bearer
+                # token for the reader's lifetime
                 self._saved_token = (TOKEN_ENV in os.environ, os.environ.get(TOKEN_ENV))
                 os.environ[TOKEN_ENV] = token
             self.http = HttpSession(self.uri, token)
-            self.http.get(PROBE_PATH, {"max_results": 1}, self.timeout())
+            self.http.get(PROBE_PATH, {"max_results": 1}, retry=False)  # is anyone there?
 
-    @staticmethod
-    def timeout() -> tuple[float, float]:
-        """(connect, read) seconds of one request: MLflow's request timeout bounds both."""
-        read = mlflow_api.request_timeout()
-        return min(CONNECT_TIMEOUT_S, read), read
+    @property
+    def requests(self) -> dict[str, int]:
+        """Requests sent to each path of the server so far (empty for other stores)."""
+        return dict(self.http.counts) if self.http is not None else {}
 
     def close(self) -> None:
         """Release the HTTP session (and give the bearer-token variable its value back)."""
@@ -214,13 +168,46 @@ class ApiReader:
 
     def experiments(self) -> list[tuple[Any, str, int]]:
         """``(id, name, 1 when it has live runs)`` of the live experiments."""
-        return list(mlflow_api.list_experiments(self.uri))
+        if self.http is None:
+            from itwin_report.store import mlflow_api
+
+            return list(mlflow_api.list_experiments(self.uri))
+        what = "list experiments"
+        body = {"max_results": PAGE_SIZE, "view_type": "ACTIVE_ONLY"}
+        found = [
+            (str(e.get("experiment_id", "")), str(e.get("name", "")))
+            for e in self.http.pages(EXPERIMENTS_PATH, body, "experiments", what)
+        ]
+        if len(found) <= 1:  # nothing to choose between: no need to ask whether it has runs
+            return [(i, n, 1) for i, n in found]
+
+        def has_runs(exp_id: str) -> int:
+            assert self.http is not None
+            body = {"experiment_ids": [exp_id], "max_results": 1, "run_view_type": "ACTIVE_ONLY"}
+            return 1 if self.http.json("POST", RUNS_PATH, what, body=body).get("runs") else 0
+
+        with ThreadPoolExecutor(SERVER_WORKERS) as pool:
+            counts = list(pool.map(has_runs, [i for i, _ in found]))
+        return [(i, n, c) for (i, n), c in zip(found, counts, strict=True)]
 
     def runs(
         self, experiment_id: Any, param_keys: Sequence[str]
     ) -> tuple[pd.DataFrame, pd.DataFrame]:
         """(live runs in the tree's raw layout, their ``param_keys`` params in long format)."""
-        found = mlflow_api.search_all_runs(self.uri, str(experiment_id), param_keys, METRIC_KEYS)
+        if self.http is None:
+            from itwin_report.store import mlflow_api
+
+            found = mlflow_api.search_all_runs(
+                self.uri, str(experiment_id), param_keys, METRIC_KEYS
+            )
+        else:
+            body = {
+                "experiment_ids": [str(experiment_id)],
+                "max_results": PAGE_SIZE,
+                "run_view_type": "ACTIVE_ONLY",
+            }
+            pages = self.http.pages(RUNS_PATH, body, "runs", "search runs")
+            found = [run_record(run, param_keys, METRIC_KEYS) for run in pages]
         self._metric_keys = {r["run_id"]: r["metric_keys"] for r in found}
         runs = pd.DataFrame([{c: r[c] for c in RAW_RUN_COLUMNS} for r in found])
         runs = runs.reindex(columns=list(RAW_RUN_COLUMNS))
@@ -242,23 +229,23 @@ class ApiReader:
         fetch = self._bulk if self.http is not None else self._per_run
         frames: list[pd.DataFrame] = []
         done = 0
-        with ThreadPoolExecutor(THREADS) as pool:
+        with ThreadPoolExecutor(SERVER_WORKERS if self.http is not None else THREADS) as pool:
             for (ids, _), frame in zip(tasks, pool.map(lambda t: fetch(*t), tasks), strict=True):
                 frames.append(frame)
                 advance(len(ids))
                 done += len(ids)
         advance(len(run_ids) * len(METRIC_KEYS) - done)  # pairs the runs never logged
-        frames = [f for f in frames if not f.empty]
-        if not frames:
-            return pd.DataFrame(columns=METRIC_FRAME)
-        return pd.concat(frames, ignore_index=True)
+        return combine(frames, run_ids)
 
     def _tasks(self, run_ids: Sequence[str]) -> list[tuple[list[str], str]]:
-        """(run ids, key) work items: bulk batches on HTTP, one run each otherwise."""
+        """(run ids, key) work items: bulk batches on HTTP, one run each otherwise.
+
+        A batch is sorted by run id, as the server sorts its answer (see :meth:`_bulk`).
+        """
         keys = dict.fromkeys(k for r in run_ids for k in self._metric_keys.get(r, ()))
         tasks: list[tuple[list[str], str]] = []
         for key in keys:
-            ids = [r for r in run_ids if key in self._metric_keys.get(r, ())]
+            ids = sorted(r for r in dict.fromkeys(run_ids) if key in self._metric_keys.get(r, ()))
             if self.http is None:
                 tasks.extend(([r], key) for r in ids)
             else:
@@ -266,6 +253,8 @@ class ApiReader:
         return tasks
 
     def _per_run(self, ids: list[str], key: str) -> pd.DataFrame:
+        from itwin_report.store import mlflow_api
+
         (run_id,) = ids
         points = mlflow_api.metric_history(self.uri, run_id, key)
         frame = pd.DataFrame(points, columns=["step", "value", "timestamp"])
@@ -274,42 +263,80 @@ class ApiReader:
         return frame
 
     def _bulk(self, ids: list[str], key: str) -> pd.DataFrame:
-        """One bulk request; runs a full page may have cut short are asked for again."""
+        """One bulk request, and one more for the runs a full page may have cut short.
+
+        MLflow sorts the page by run id, so the runs before the page's last run are complete:
+        they are kept, and the last run and those after it are asked for again. A run that
+        alone fills a page is read page by page; a page in another order is thrown away and
+        the batch halved.
+        """
         assert self.http is not None
         params = {"run_id": ids, "metric_key": key, "max_results": BULK_MAX_POINTS}
-        answer = self.http.get(BULK_PATH, params, self.timeout()).get("metrics", [])
-        frame = pd.DataFrame(answer, columns=METRIC_FRAME)
-        frame["value"] = pd.to_numeric(frame["value"], errors="coerce")
+        answer = self.http.get(BULK_PATH, params, "read metric histories").get("metrics") or []
+        frame = points_frame(answer, key)
         if len(frame) < BULK_MAX_POINTS:
             return frame
         if len(ids) == 1:
             return self._per_run(ids, key)
-        return self._after_full_page(frame, ids, key)
-
-    def _after_full_page(self, frame: pd.DataFrame, ids: list[str], key: str) -> pd.DataFrame:
-        """Complete the answer to a full page.
-
-        MLflow sorts the page by run id, so runs before the page's last run are complete:
-        keep them, and ask again for the last run and the runs after it. A page in another
-        order is thrown away and the batch halved.
-        """
-        run_ids = frame["run_id"]
+        run_ids = frame["run_id"].astype(str)
         if not run_ids.is_monotonic_increasing:
             half = len(ids) // 2
             return pd.concat([self._bulk(ids[:half], key), self._bulk(ids[half:], key)])
-        last = str(run_ids.iloc[-1])
+        last = run_ids.iloc[-1]
         complete = frame[run_ids < last]
-        tail = self._per_run([last], key) if complete.empty else self._bulk([last], key)
-        later = sorted(i for i in ids if i > last)
-        parts = [complete, tail]
-        if later:
-            parts.append(self._bulk(later, key))
-        return pd.concat([p for p in parts if not p.empty] or [frame.iloc[:0]])
+        rest = sorted(i for i in ids if i >= last)
+        if complete.empty:  # the first run alone filled the page
+            parts = [self._per_run([last], key)]
+            rest = rest[1:]
+        else:
+            parts = [complete]
+        if rest:
+            parts.append(self._bulk(rest, key))
+        return pd.concat(parts, ignore_index=True)
 
     def remote_artifact(self, artifact_uri: str, path: str) -> bytes | None:
-        """Download one artifact through MLflow; None when the run has none."""
-        from itwin_report.store.artifacts import read_capped
+        """One artifact's bytes, None when the run has none.
 
-        with tempfile.TemporaryDirectory(prefix="itwin-report-") as tmp:
-            local = mlflow_api.download_artifact(self.uri, artifact_uri, path, tmp)
-            return read_capped(Path(local)) if local is not None else None
+        Artifacts behind the server's artifact proxy come in one request each; any other
+        location (a bucket, another server) through MLflow's client.
+        """
+        from itwin_report.store.artifacts import MAX_ARTIFACT_BYTES, SkippedArtifact, read_capped
+
+        proxied = proxied_path(artifact_uri, path) if self.http is not None else None
+        if proxied is None:
+            import tempfile
+
+            from itwin_report.store import mlflow_api
+
+            with tempfile.TemporaryDirectory(prefix="itwin-report-") as tmp:
+                local = mlflow_api.download_artifact(self.uri, artifact_uri, path, tmp)
+                return read_capped(Path(local)) if local is not None else None
+        assert self.http is not None
+        what = f"download {path}"
+        retried = [s for s in RETRIED_STATUS if s != 500]  # MLflow 2.x: 500 for a missing file
+        answer = self.http.send("GET", proxied, what, ok=(200, 404, 500), retried=retried)
+        with answer:
+            if answer.status_code == 404:
+                return None
+            if answer.status_code == 500:
+                text = answer.text
+                if not self._listed(proxied):
+                    return None
+                detail = http_detail(500, answer.reason or "", "application/json", text)
+                raise StoreError(f"cannot {what} in {mask_uri(self.http.base)}: {detail}")
+            data = answer.raw.read(MAX_ARTIFACT_BYTES + 1, decode_content=True)
+        if len(data) > MAX_ARTIFACT_BYTES:
+            raise SkippedArtifact(f"more than the {MAX_ARTIFACT_BYTES:,}-byte cap")
+        return bytes(data)
+
+    def _listed(self, proxied: str) -> bool:
+        """Whether the server's listing of the artifact's folder names it."""
+        assert self.http is not None
+        from urllib.parse import unquote
+
+        location = unquote(proxied.removeprefix(ARTIFACTS_PATH + "/"))
+        folder, _, name = location.rpartition("/")
+        listing = self.http.get(ARTIFACTS_PATH, {"path": folder}, f"list {folder}")
+        return any(
+            str(f.get("path", "")).rpartition("/")[2] == name for f in listing.get("files") or []
+        )

@@ -23,6 +23,12 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
+from itwin_report.store.rest import (  # noqa: F401 (HTTP settings shared with MLflow's client)
+    HTTP_ENV_DEFAULTS,
+    limit_http_retries,
+    report_keys,
+    request_timeout,
+)
 from itwin_report.store.tree import PARENT_TAG
 from itwin_report.store.uri import FILE, store_kind
 from itwin_report.util.errors import StoreError
@@ -56,29 +62,6 @@ def mlflow_exception() -> type[Exception]:
 # ---------------------------------------------------------------- reading
 
 RUNS_PAGE_SIZE = 1000
-SYSTEM_GPU_PREFIX = "system/gpu_"
-# Defaults that end a report on a hanging server well within 60 s: 3 tries of 10 s each and
-# 0 + 2 s of backoff. MLflow's own variables, when set, win.
-HTTP_ENV_DEFAULTS = {
-    "MLFLOW_HTTP_REQUEST_TIMEOUT": "10",
-    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "1",
-}
-
-
-def limit_http_retries() -> None:
-    """Bound MLflow's own HTTP timeouts and retries unless the user set them."""
-    for name, value in HTTP_ENV_DEFAULTS.items():
-        os.environ.setdefault(name, value)
-
-
-def request_timeout() -> float:
-    """Seconds one HTTP request may take (``MLFLOW_HTTP_REQUEST_TIMEOUT``, else our default)."""
-    try:
-        return float(os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT", ""))
-    except ValueError:
-        return float(HTTP_ENV_DEFAULTS["MLFLOW_HTTP_REQUEST_TIMEOUT"])
 
 
 def _translate(uri: str, what: str, exc: Exception) -> StoreError:
@@ -159,9 +142,7 @@ def _run_dict(run: Any, param_keys: Sequence[str], metric_keys: Sequence[str]) -
         "start_time": run.info.start_time,
         "end_time": run.info.end_time,
         "params": {k: params[k] for k in param_keys if k in params},
-        "metric_keys": [
-            k for k in run.data.metrics if k in metric_keys or k.startswith(SYSTEM_GPU_PREFIX)
-        ],
+        "metric_keys": report_keys(run.data.metrics, metric_keys),
     }
 
 
