@@ -18,9 +18,18 @@ ITWINAI_VENV := .venv-itwinai
 ITWINAI_STAMP := $(ITWINAI_VENV)/.installed-stamp
 ITWINAI_REPORT_DEPS := "mlflow>=3" "numpy<2" "pandas<3" "click==8.1.8" \
 	typer hydra-core omegaconf validators seaborn scipy pyyaml requests
+# Holistic Trace Analysis 0.5.0, for make test-hta and the trace benchmark: the package without
+# its notebook and test requirements (jupyterlab, pytest), with what its trace analysis imports
+# (no torch), on the pandas and numpy of its time
+HTA_VENV := .venv-hta
+HTA_STAMP := $(HTA_VENV)/.installed-stamp
+HTA_DEPS := "numpy<2.3" "pandas<3" plotly networkx pydot ijson pyyaml psutil
+# torch for tools/gloo_traces.py, which writes the real gloo traces of tests/fixtures/traces/gloo
+TORCH_VENV := .venv-torch
+TORCH_STAMP := $(TORCH_VENV)/.installed-stamp
 
 .DEFAULT_GOAL := test
-.PHONY: install demo test mutants test-min test-postgres test-old-server test-registry test-browser lint bench clean-demo help
+.PHONY: install demo test mutants test-min test-postgres test-old-server test-registry test-browser lint bench clean-demo help test-hta gloo-traces
 
 help:
 	@echo "make demo             emulate sample runs into mllogs/mlflow.db, print the report, write plots/ and report.html"
@@ -30,6 +39,8 @@ help:
 	@echo "make test-old-server  the tests reading through an MLflow 2.22 server (gunicorn)"
 	@echo "make test-registry    pip resolves the project with itwinai 0.4.2 (needs the registry)"
 	@echo "make test-browser     the HTML page in headless Chromium (installs Debian's chromium if missing)"
+	@echo "make test-hta         analyze-traces against Holistic Trace Analysis 0.5.0 (in .venv-hta)"
+	@echo "make gloo-traces      rewrite the real gloo traces of tests/fixtures/traces/gloo (torch in .venv-torch)"
 	@echo "make lint             ruff (lint + format check) and mypy"
 	@echo "make mutants          plant 16 realistic bugs one at a time; the suite must catch every one"
 	@echo "make bench            speed benchmarks: every ratio, printed and written under bench/out/"
@@ -94,9 +105,28 @@ $(ITWINAI_STAMP):
 	$(ITWINAI_VENV)/bin/python -m pip install --quiet $(ITWINAI_REPORT_DEPS)
 	@touch $@
 
-bench: $(STAMP) $(ITWINAI_STAMP)
+bench: $(STAMP) $(ITWINAI_STAMP) $(HTA_STAMP)
 	ITWINAI_PYTHON=$(CURDIR)/$(ITWINAI_VENV)/bin/python $(PY) bench/bench.py
 	$(PY) bench/bench_html.py
+	HTA_PYTHON=$(CURDIR)/$(HTA_VENV)/bin/python $(PY) bench/bench_traces.py
+
+$(HTA_STAMP):
+	@test -x $(HTA_VENV)/bin/python || $(PYTHON) -m venv $(HTA_VENV)
+	$(HTA_VENV)/bin/python -m pip install --quiet --no-deps holistictraceanalysis==0.5.0
+	$(HTA_VENV)/bin/python -m pip install --quiet $(HTA_DEPS)
+	@touch $@
+
+test-hta: $(STAMP) $(HTA_STAMP)
+	ITWIN_HTA_PYTHON=$(CURDIR)/$(HTA_VENV)/bin/python $(PY) -m pytest -q -m hta tests/test_traces_hta.py
+
+$(TORCH_STAMP):
+	@test -x $(TORCH_VENV)/bin/python || $(PYTHON) -m venv $(TORCH_VENV)
+	$(TORCH_VENV)/bin/python -m pip install --quiet torch
+	@touch $@
+
+gloo-traces: $(TORCH_STAMP)
+	rm -f tests/fixtures/traces/gloo/worker_*.pt.trace.json.gz
+	$(TORCH_VENV)/bin/python tools/gloo_traces.py tests/fixtures/traces/gloo
 
 clean-demo:
 	rm -rf mllogs/mlflow.db mllogs/artifacts/$(DEMO_EXPERIMENT) $(DEMO_TRUTH) plots report.html

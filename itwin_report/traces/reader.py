@@ -10,9 +10,14 @@ after them, so the file is read once.
 
 Which event is what follows Holistic Trace Analysis (HTA): an event counts when it has a
 duration and a category other than ``Trace``; a device event has an integer ``args.stream``
->= 0 and ``args.correlation`` >= 0 (so the device-side ``ProfilerStep`` annotation, which has
-no correlation, is not a kernel); everything else is on the host. Kinds are decided by
-:func:`kernel_kind` and :func:`operator_kind` (one home for each rule).
+>= 0 and ``args.correlation`` >= 0; everything else is on the host, and a host event whose name
+contains ``ProfilerStep`` marks a step (Kineto writes the device-side ``ProfilerStep``
+annotation without a stream, so it is one of them, as in HTA). One departure: an annotation
+that does carry a stream but no correlation is left out, where HTA 0.5 would count it as a
+kernel. A CPU-only trace's operators are its ``cpu_op`` events and the communication it
+records as annotations (gloo's ``gloo:all_reduce`` on its own thread is a ``user_annotation``).
+Kinds are decided by :func:`kernel_kind` and :func:`operator_kind` (one home for each rule).
+Whether the trace's timestamps are fractional (HTA rounds them only then) is noted.
 """
 
 from __future__ import annotations
@@ -32,14 +37,19 @@ import numpy as np
 
 from itwin_report.util.errors import DataError
 
-COMPUTE, COMMUNICATION, MEMORY = 0, 1, 2  # kinds of device events and CPU operators
-KIND_NAMES = ("compute", "communication", "memory")
+# kinds of device events and CPU operators; OTHER: a device event HTA counts as neither compute
+# nor communication nor memory (a synchronisation, a copy not named as one first)
+COMPUTE, COMMUNICATION, MEMORY, OTHER = 0, 1, 2, 3
+KIND_NAMES = ("compute", "communication", "memory", "other")
 
 # communication kernels: NCCL (``ncclKernel_…``, ``ncclDevKernel_…``), RCCL (AMD, which keeps
 # NCCL's names, or says ``rccl``), HCCL (Intel Gaudi / Ascend); HTA's rule is ``^nccl.*Kernel``
 COMM_KERNEL = re.compile(r"(?i)^(?:nccl|rccl|hccl)")
 # memory kernels: HTA's ``^Memcpy``, ``^Memset``, ``^dma``
 MEMORY_KERNEL = re.compile(r"^(?:Memcpy|Memset|dma)")
+# not compute in HTA either: ``Memcpy`` or ``Sync`` anywhere in the name (``Stream Sync``,
+# ``cudaMemcpy…`` kernels, ``SyncBatchNorm`` kernels)
+NON_COMPUTE_KERNEL = re.compile(r"Memcpy|Sync")
 # communication operators on CPU threads (gloo, c10d's dispatch, the profiler's comms record)
 COMM_OPERATOR = re.compile(
     r"(?i)^(?:gloo:|nccl:|c10d::|record_param_comms)|all_?reduce|all_?gather|reduce_?scatter"
@@ -47,6 +57,7 @@ COMM_OPERATOR = re.compile(
 )
 # memory operators on CPU threads (copies between tensors)
 MEMORY_OPERATOR = re.compile(r"^aten::(?:copy_|_to_copy|to|contiguous|clone)$")
+STEP_MARK = "ProfilerStep"  # a host event whose name contains this marks a step (HTA)
 STEP_NAME = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 WORKER_NAME = re.compile(r"worker_(\d+)\b")
 HEAD_LIMIT = 8 << 20  # metadata before the events is read from at most this many bytes
@@ -55,12 +66,12 @@ CHUNK = 1 << 20
 
 
 def kernel_kind(name: str) -> int:
-    """COMPUTE, COMMUNICATION or MEMORY for a device event's name."""
+    """COMPUTE, COMMUNICATION, MEMORY or OTHER for a device event's name."""
     if COMM_KERNEL.match(name):
         return COMMUNICATION
     if MEMORY_KERNEL.match(name):
         return MEMORY
-    return COMPUTE
+    return OTHER if NON_COMPUTE_KERNEL.search(name) else COMPUTE
 
 
 def operator_kind(name: str) -> int:
@@ -94,6 +105,7 @@ class RawTrace:
     op_kind: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))
     events: int = 0  # events read (all of them)
     bytes_read: int = 0  # uncompressed bytes
+    fractional: bool = True  # some event's time is fractional or missing: HTA rounds (see timeline)
 
 
 def is_trace_name(name: str) -> bool:
@@ -137,12 +149,16 @@ class _Columns:
         self.kinds: dict[str, int] = {}
         self.op_kinds: dict[str, int] = {}
         self.events = 0
+        self.whole_ts = True  # every event's ts a JSON integer so far
 
     def add(self, event: Any) -> None:
         self.events += 1
-        if not isinstance(event, dict):
+        if type(event) is not dict:
             return
-        dur, cat, ts = event.get("dur"), event.get("cat"), event.get("ts")
+        ts = event.get("ts")
+        if self.whole_ts and type(ts) is not int:
+            self.whole_ts = False  # HTA rounds only the traces with a fractional (or no) time
+        dur, cat = event.get("dur"), event.get("cat")
         if dur is None or cat is None or cat == "Trace" or ts is None:
             return
         try:
@@ -150,13 +166,20 @@ class _Columns:
         except (TypeError, ValueError):
             return
         name = event.get("name")
-        name = name if isinstance(name, str) else str(name)
+        if type(name) is not str:
+            name = str(name)
         args = event.get("args")
         stream = corr = -1
-        if isinstance(args, dict):
-            stream = _integer(args.get("stream", -1))
-            corr = _integer(args.get("correlation", -1))
-        if stream >= 0 and corr >= 0:
+        if type(args) is dict:
+            stream = args.get("stream", -1)
+            if type(stream) is not int:
+                stream = _integer(stream)
+            corr = args.get("correlation", -1)
+            if type(corr) is not int:
+                corr = _integer(corr)
+        if stream >= 0:
+            if corr < 0:
+                return  # a device annotation that carries a stream (see the module's note)
             kind = self.kinds.get(name)
             if kind is None:
                 kind = self.kinds[name] = kernel_kind(name)
@@ -165,23 +188,22 @@ class _Columns:
             self.k_kind.append(kind)
             self.k_corr.append(corr)
             return
-        if stream >= 0:
-            return  # a device event without correlation (a device-side annotation)
         if corr >= 0:
             self.h_corr.append(corr)
             self.h_ts.append(ts)
-        if name.startswith("ProfilerStep"):
-            match = STEP_NAME.match(name)
+        if STEP_MARK in name:
+            match = STEP_NAME.search(name)
             self.s_ts.append(ts)
             self.s_dur.append(dur)
             self.s_id.append(int(match.group(1)) if match else -1)
-        elif cat == "cpu_op":
+        elif cat == "cpu_op" or cat == "user_annotation":
             kind = self.op_kinds.get(name)
             if kind is None:
                 kind = self.op_kinds[name] = operator_kind(name)
-            self.o_ts.append(ts)
-            self.o_dur.append(dur)
-            self.o_kind.append(kind)
+            if cat == "cpu_op" or kind == COMMUNICATION:
+                self.o_ts.append(ts)
+                self.o_dur.append(dur)
+                self.o_kind.append(kind)
 
 
 def _integer(value: Any) -> int:
@@ -282,6 +304,7 @@ def read_trace(path: Path) -> RawTrace:
         op_kind=np.frombuffer(columns.o_kind, dtype=np.int8),
         events=columns.events,
         bytes_read=tee.read_bytes if tee else 0,
+        fractional=not columns.whole_ts,
     )
 
 

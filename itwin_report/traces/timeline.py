@@ -2,15 +2,20 @@
 
 The rules, as HTA applies them (so its users can trust the numbers):
 
-* **window**: when the host has two or more ``ProfilerStep`` annotations, the last step is left
-  out: a device event counts only when the host event with its ``correlation`` started before
-  the last step's annotation did (HTA drops it because its kernels may run past the end of
-  the trace). With one step or none the whole trace counts, and a warning says so.
-* **rounding**: a start is rounded up and an end (start + duration) down to whole
-  microseconds, as HTA does for nanosecond-resolution traces.
+* **window**: when the trace has two or more ``ProfilerStep`` annotations, the last step is
+  left out: a device event counts only when a host event with its ``correlation`` started
+  before the last step's annotation did (HTA drops it because its kernels may run past the end
+  of the trace). The last step starts at the latest ``ProfilerStep`` annotation, the
+  device-side one included (it starts when the step's first kernel does, after the host's).
+  With one step or none the whole trace counts, and a warning says so.
+* **rounding**: when any timestamp in the trace is fractional (nanosecond-resolution traces,
+  all of PyTorch's), a start is rounded up and an end (start + duration) down to whole
+  microseconds, as HTA does, the window's comparisons included; whole-microsecond traces are
+  taken as they are.
 * **span**: from the first event's start to the last event's end, the events merged.
 * **compute / communication / memory**: the union of the intervals of that kind, so
-  overlapping events of one kind count once; **idle**: the span with no event running;
+  overlapping events of one kind count once; a device event of none of these kinds (a
+  synchronisation) is busy time all the same; **idle**: the span with no event running;
   **non-compute**: the span less compute and idle (HTA's temporal breakdown).
 * **overlap**: the time communication and compute both run, as a share of the communication
   time (HTA's communication-computation overlap); **exposed communication**: communication
@@ -115,15 +120,32 @@ def rounded(ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.ceil(ts), np.floor(ts + dur)
 
 
+def _starts(raw: RawTrace, ts: np.ndarray) -> np.ndarray:
+    """Start times as the window compares them (rounded up when the trace is rounded)."""
+    return np.ceil(ts) if raw.fractional else ts
+
+
+def _last_step(raw: RawTrace) -> float | None:
+    """When the last profiler step starts, None with fewer than two steps."""
+    if np.unique(raw.step_ids).size < 2:
+        return None
+    return float(_starts(raw, raw.step_ts).max())
+
+
+def _times(raw: RawTrace, ts: np.ndarray, dur: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends, rounded as HTA rounds them when the trace is fractional."""
+    return rounded(ts, dur) if raw.fractional else (ts, ts + dur)
+
+
 def window(raw: RawTrace) -> tuple[np.ndarray, int, list[str]]:
     """Which device events count (a mask), how many profiler steps, and notes."""
     ids = np.unique(raw.step_ids)
-    if ids.size < 2:
+    last = _last_step(raw)
+    if last is None:
         why = "no profiler step" if ids.size == 0 else "one profiler step"
         note = f"{why} in the trace: all of it is analysed (HTA leaves out the last step)"
         return np.ones(raw.kernel_ts.size, dtype=bool), int(ids.size), [note]
-    last = float(raw.step_ts.max())
-    before = raw.host_corr[raw.host_ts < last]
+    before = raw.host_corr[_starts(raw, raw.host_ts) < last]
     return np.isin(raw.kernel_corr, before), int(ids.size) - 1, []
 
 
@@ -132,13 +154,13 @@ def analyse(raw: RawTrace, name: str) -> RankTimeline:
     steps_mask, steps, notes = window(raw)
     if raw.kernel_ts.size:
         device = "gpu"
-        ts, end = rounded(raw.kernel_ts[steps_mask], raw.kernel_dur[steps_mask])
+        ts, end = _times(raw, raw.kernel_ts[steps_mask], raw.kernel_dur[steps_mask])
         kind = raw.kernel_kind[steps_mask]
         lag = _launch_lag(raw, steps_mask)
     else:
         device = "cpu"
         keep = _cpu_window(raw)
-        ts, end = rounded(raw.op_ts[keep], raw.op_dur[keep])
+        ts, end = _times(raw, raw.op_ts[keep], raw.op_dur[keep])
         kind = raw.op_kind[keep]
         lag = _cpu_launch_lag(raw, keep)
     meta = raw.meta.get("distributedInfo")
@@ -201,9 +223,10 @@ def _int_or_none(value: object) -> int | None:
 
 def _cpu_window(raw: RawTrace) -> np.ndarray:
     """CPU operators that started before the last profiler step (all with fewer than two)."""
-    if np.unique(raw.step_ids).size < 2:
+    last = _last_step(raw)
+    if last is None:
         return np.ones(raw.op_ts.size, dtype=bool)
-    return raw.op_ts < float(raw.step_ts.max())
+    return _starts(raw, raw.op_ts) < last
 
 
 def _step_starts(raw: RawTrace) -> np.ndarray:
