@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from itwin_report.store import load_experiment, sql_reader
-from itwin_report.store.columnar import ENV, fetch_numeric
+from itwin_report.store.columnar import ENV, numeric_columns, read_batches
 
 Store = tuple[str, dict[str, Any]]
 
@@ -31,11 +31,11 @@ def _load_both(db: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any, lis
     used: list[bool] = []
 
     def recording(*args: Any, **kwargs: Any) -> Any:
-        result = fetch_numeric(*args, **kwargs)
-        used.append(result is not None)
+        result = read_batches(*args, **kwargs)
+        used.append(result)
         return result
 
-    monkeypatch.setattr(sql_reader, "fetch_numeric", recording)
+    monkeypatch.setattr(sql_reader, "read_batches", recording)
     monkeypatch.setenv(ENV, "1")
     columnar = load_experiment(f"sqlite:///{db}", "scaling", show_progress=False)
     monkeypatch.setenv(ENV, "0")
@@ -49,26 +49,53 @@ def _assert_same(a: Any, b: Any) -> None:
     assert a.warnings == b.warnings
 
 
+def fetch_numeric(url: str, setup: Any, sql: str) -> np.ndarray | None:
+    """All rows of ``sql`` as floats through the driver, None when it steps aside."""
+    parts: list[np.ndarray] = []
+
+    def consume(tag: Any, batch: Any) -> None:
+        parts.append(numeric_columns(batch, range(batch.num_columns)))
+
+    if not read_batches(url, setup, [(None, sql, [])], consume):
+        return None
+    return np.concatenate(parts) if parts else np.empty((0, 0))
+
+
 def test_the_driver_reads_numbers_as_sqlite_does(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     with sqlite3.connect(db) as conn:
         conn.execute("CREATE TABLE t (a INTEGER, b REAL)")
-        rows = [(i, i / 7 if i % 3 else None) for i in range(3000)]
+        rows = [(i, i / 7 if i % 3 else None) for i in range(300_000)]
         conn.executemany("INSERT INTO t VALUES (?, ?)", rows)
     conn.close()
     before = hashlib.sha256(db.read_bytes()).hexdigest()
-    got = fetch_numeric(f"file:{db}?mode=ro", [], "SELECT a, b FROM t ORDER BY a", [])
-    assert got is not None and got.shape == (3000, 2)
-    assert got[:, 0].tolist() == [float(i) for i in range(3000)]
-    expected = [i / 7 if i % 3 else float("nan") for i in range(3000)]
+    url = f"file:{db}?mode=ro"
+    got = fetch_numeric(url, [], "SELECT a, b FROM t ORDER BY a")
+    assert got is not None and got.shape == (300_000, 2)  # more than one batch
+    assert got[:, 0].tolist() == [float(i) for i in range(300_000)]
+    expected = [i / 7 if i % 3 else float("nan") for i in range(300_000)]
     np.testing.assert_array_equal(got[:, 1], np.array(expected))
-    # text anywhere, or a type change after the first rows: the driver steps aside
-    assert fetch_numeric(f"file:{db}?mode=ro", [], "SELECT 'x' || a FROM t", []) is None
-    mixed = "SELECT CASE WHEN a < 2500 THEN a ELSE a + 0.5 END FROM t ORDER BY a"
-    assert fetch_numeric(f"file:{db}?mode=ro", [], mixed, []) is None
+    # text anywhere, or a type change after the first batch: the driver steps aside
+    assert fetch_numeric(url, [], "SELECT 'x' || a FROM t") is None
+    mixed = "SELECT CASE WHEN a < 250000 THEN a ELSE 'late' END FROM t ORDER BY a"
+    assert fetch_numeric(url, [], mixed) is None
     # read-only: a write through the same URI fails, and the file is untouched
-    assert fetch_numeric(f"file:{db}?mode=ro", [("DELETE FROM t", ())], "SELECT 1", []) is None
+    assert fetch_numeric(url, [("DELETE FROM t", ())], "SELECT 1") is None
     assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+
+
+def test_a_consumer_error_that_is_no_refusal_reaches_the_caller(tmp_path: Path) -> None:
+    db = tmp_path / "t.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (a INTEGER)")
+        conn.execute("INSERT INTO t VALUES (1)")
+    conn.close()
+
+    def broken(tag: Any, batch: Any) -> None:
+        raise ZeroDivisionError("a bug, not the data")
+
+    with pytest.raises(ZeroDivisionError):
+        read_batches(f"file:{db}?mode=ro", [], [(None, "SELECT a FROM t", [])], broken)
 
 
 def test_a_clean_store_is_read_by_the_driver_with_the_same_result(
@@ -88,7 +115,7 @@ def test_without_the_driver_sqlite3_reads_the_same_rows(
     monkeypatch.setenv(ENV, "1")
     columnar = load_experiment(f"sqlite:///{db}", "scaling", show_progress=False)
     monkeypatch.setitem(sys.modules, "adbc_driver_sqlite.dbapi", None)  # import fails
-    assert fetch_numeric(f"file:{db}?mode=ro", [], "SELECT 1", []) is None
+    assert fetch_numeric(f"file:{db}?mode=ro", [], "SELECT 1") is None
     plain = load_experiment(f"sqlite:///{db}", "scaling", show_progress=False)
     _assert_same(columnar, plain)
 
@@ -174,7 +201,7 @@ class _Cursor:
         return getattr(self._cursor, name)
 
     def execute(self, sql, params=None):
-        if sql.startswith("SELECT w.idx"):
+        if "metrics m" in sql:
             _READY.write_text("reading")
             return self._cursor.execute(_ENDLESS)
         return self._cursor.execute(sql, params)

@@ -1,5 +1,5 @@
-"""What the SQLite reader asks the store: no query for keys the store does not hold, and key
-ranges that keep exactly the rows the old LIKE pattern kept."""
+"""What the SQLite reader asks the store: which keys it holds, once; then no query for a key
+it does not hold, and system keys that are exactly the ones the old LIKE pattern kept."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from itwin_report.store import load_experiment, sql_open
+from itwin_report.data.rundata import METRIC_KEYS
+from itwin_report.store import load_experiment, sql_open, sql_reader
+from itwin_report.store.columnar import ENV
 
 
 def _traced(monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -34,15 +36,46 @@ def _copy(store: tuple[str, Any], tmp_path: Path) -> Path:
     return db
 
 
-def test_no_system_metric_query_without_system_metrics(
-    scaling_sqlite: tuple[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The metric keys the columnar reader queries, from now on."""
+    keys: list[str] = []
+    real = sql_reader.read_batches
+
+    def recording(url: str, setup: Any, queries: Any, *args: Any, **kwargs: Any) -> bool:
+        keys.extend(params[0] for _, _, params in queries)
+        return real(url, setup, queries, *args, **kwargs)
+
+    monkeypatch.setattr(sql_reader, "read_batches", recording)
+    return keys
+
+
+def _held(db: Path) -> set[str]:
+    with sqlite3.connect(db) as conn:
+        return {k for (k,) in conn.execute("SELECT DISTINCT key FROM metrics")}
+
+
+@pytest.mark.parametrize("columnar", ["1", "0"], ids=["columnar", "sqlite3"])
+def test_no_query_for_a_key_the_store_does_not_hold(
+    scaling_sqlite: tuple[str, Any],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    columnar: str,
 ) -> None:
+    db = _copy(scaling_sqlite, tmp_path)
+    monkeypatch.setenv(ENV, columnar)
     statements = _traced(monkeypatch)
-    data = load_experiment(f"sqlite:///{_copy(scaling_sqlite, tmp_path)}", "scaling")
+    asked = _asked(monkeypatch)
+    data = load_experiment(f"sqlite:///{db}", "scaling")
     assert len(data.metrics) > 50
-    probes = [s for s in statements if "LIMIT 1" in s and "system/gpu" in s]
-    assert len(probes) == 1  # asked once whether the store holds any
-    assert not [s for s in statements if "JOIN metrics" in s and "system/gpu" in s]
+    held = sorted(set(METRIC_KEYS) & _held(db))
+    assert 0 < len(held) < len(METRIC_KEYS)  # the store lacks some of the report's keys
+    assert len([s for s in statements if "WITH RECURSIVE" in s]) == 1  # asked once
+    assert not [s for s in statements if "system/gpu" in s]
+    per_key = [s for s in statements if "JOIN metrics" in s]
+    if columnar == "1":
+        assert asked == held and not per_key
+    else:  # sqlite3 names each key in a statement of its own
+        assert [next(k for k in held if f"'{k}'" in s) for s in per_key] == held
 
 
 def test_system_keys_read_by_range_are_the_keys_the_pattern_read(
@@ -70,8 +103,10 @@ def test_system_keys_read_by_range_are_the_keys_the_pattern_read(
         )
     conn.close()
     statements = _traced(monkeypatch)
+    asked = _asked(monkeypatch)
     got = load_experiment(f"sqlite:///{db}", "scaling", show_progress=False)
-    assert [s for s in statements if "JOIN metrics" in s and "system/gpu" in s]
+    system = [k for k in asked if k.lower().startswith("system/")]
+    assert system == ["system/gpu_0_power_usage_watts", "system/gpu_1_power_usage_watts"]
     # the generic SQL path (the one PostgreSQL takes) still selects with LIKE
     from itwin_report.store.sql_reader import SqlReader
 

@@ -166,7 +166,13 @@ def _load(
     with progress("Loading metrics", len(ids) * len(METRIC_KEYS), show_progress) as advance:
         metrics = reader.metrics(exp_id, ids, advance) if ids else None
     remote = getattr(reader, "remote_artifact", None)
-    profiles, performance, warnings = read_artifacts(workers, remote, show_progress)
+    candidates = _may_hold_artifacts(workers)
+    if len(candidates) == len(workers):
+        profiles, performance, warnings = read_artifacts(workers, remote, show_progress)
+    else:  # runs without an artifact folder are done at once
+        with progress("Reading artifacts", len(workers), show_progress) as advance:
+            profiles, performance, warnings = read_artifacts(candidates, remote, False)
+            advance(len(workers))
     warnings = [*selection.warnings, *getattr(reader, "warnings", []), *warnings]
     data = RunData(
         experiment=name,
@@ -183,6 +189,47 @@ def _load(
     from itwin_report.data.validate import validate
 
     return validate(data)
+
+
+def _may_hold_artifacts(workers: Any) -> Any:
+    """``workers`` less the runs whose local artifact folder does not exist: nothing to read.
+
+    Found by listing folders, each once, instead of two failed opens per run: the folder that
+    several runs' artifact folders share (``<root>/<run>``), or the one that holds every
+    run's own folder (MLflow's ``<root>/<experiment>/<run>/artifacts``). A folder that cannot
+    be listed keeps its runs: reading them reports why.
+    """
+    import os
+    from collections import Counter
+
+    roots = [local_artifact_dir(str(uri)) for uri in workers["artifact_uri"]]
+    if not any(roots):
+        return workers
+    shared = Counter(root.parent for root in roots if root is not None)
+    listed: dict[Path, set[str] | None] = {}
+
+    def names(folder: Path) -> set[str] | None:
+        if folder not in listed:
+            try:
+                listed[folder] = set(os.listdir(folder))
+            except (FileNotFoundError, NotADirectoryError):
+                listed[folder] = set()
+            except OSError:
+                listed[folder] = None
+        return listed[folder]
+
+    def present(root: Path | None) -> bool:
+        if root is None or not root.name or not root.parent.name:
+            return True
+        run_folder = root.parent
+        if shared[run_folder] > 1:  # runs side by side: one listing answers for all
+            found, name = names(run_folder), root.name
+        else:  # each run in a folder of its own: ask the folder that holds them
+            found, name = names(run_folder.parent), run_folder.name
+        return found is None or name in found
+
+    keep = [present(root) for root in roots]
+    return workers if all(keep) else workers[keep]
 
 
 def _canonical_params(params: Any, names_in_store: Mapping[str, str]) -> Any:

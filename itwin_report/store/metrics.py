@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.data.rundata import GPU_POWER, GPU_UTIL, METRIC_COLUMNS, METRIC_KEYS, conform
+from itwin_report.store.points import in_order
 
 SYSTEM_KEYS = {"power_usage_watts": GPU_POWER, "utilization_percentage": GPU_UTIL}
 _SYSTEM_PATTERN = r"^system/gpu_(\d+)_(power_usage_watts|utilization_percentage)$"
@@ -55,12 +56,13 @@ def _strings(codes: np.ndarray, categories: pd.Index) -> pd.Series:
 def tidy_metrics(metrics: pd.DataFrame, workers: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """(metrics in the schema's columns, sorted by run, key, step, timestamp, value; warnings).
 
-    System GPU metrics fill in for runs without itwinai's GPU keys. Sorting works on integer
-    codes, never on the strings. Repeated (run, key, step) points are all kept: validation
-    drops the invalid ones first, then keeps the latest of each.
+    System GPU metrics fill in for runs without itwinai's GPU keys. Order works on integer
+    codes, never on the strings, and a frame that is in order already (as the SQL reader
+    hands it over) is checked in one pass, not sorted. Repeated (run, key, step) points are
+    all kept: validation drops the invalid ones first, then keeps the latest of each.
     """
-    is_report_key = metrics["key"].isin(list(METRIC_KEYS))
-    main = metrics[is_report_key]
+    is_report_key = metrics["key"].isin(list(METRIC_KEYS)).to_numpy()
+    main = metrics if is_report_key.all() else metrics[is_report_key]
     if not is_report_key.all():
         ranks = pd.Series(workers["rank"].to_numpy(), index=workers["run_id"].astype(str))
         system = system_gpu_points(metrics[~is_report_key], ranks)
@@ -73,18 +75,24 @@ def tidy_metrics(metrics: pd.DataFrame, workers: pd.DataFrame) -> tuple[pd.DataF
     value = main["value"].to_numpy(dtype="float64")
     stamp = main["timestamp"].to_numpy(dtype="int64")
     step = main["step"].to_numpy(dtype="int64")
-    order = np.lexsort((value, stamp, step, key.codes, run.codes))
-    warnings: list[str] = []
+    del main
+    columns = [run.codes, key.codes, step, stamp, value]
+    if not in_order(columns):
+        order = np.lexsort(columns[::-1])
+        columns = [c[order] for c in columns]
+        del order
+    run_codes, key_codes, step, stamp, value = columns
     tidy = pd.DataFrame(
         {
-            "run_id": _strings(run.codes[order], run.categories),
-            "key": _strings(key.codes[order], key.categories),
-            "step": step[order],
-            "value": value[order],
-            "timestamp": stamp[order],
-        }
+            "run_id": _strings(run_codes, run.categories),
+            "key": _strings(key_codes, key.categories),
+            "step": step,
+            "value": value,
+            "timestamp": stamp,
+        },
+        copy=False,
     )
-    return conform(tidy, METRIC_COLUMNS, "metrics"), warnings
+    return conform(tidy, METRIC_COLUMNS, "metrics"), []
 
 
 def _categorical(column: pd.Series) -> Any:

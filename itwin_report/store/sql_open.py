@@ -21,6 +21,7 @@ from urllib.request import pathname2url
 
 import pandas as pd
 
+from itwin_report.store.postgres import libpq_uri
 from itwin_report.store.sql_reader import Query, SqlReader, first_line
 from itwin_report.store.uri import SQLITE, mask_uri, require_sqlite_file, store_kind
 from itwin_report.util.errors import StoreError
@@ -236,7 +237,8 @@ def _open_sqlalchemy(uri: str) -> SqlReader:
         conn.close()
         engine.dispose()
 
-    return SqlReader(query, uri, close=close)
+    postgres_uri = libpq_uri(uri) if postgres else None
+    return SqlReader(query, uri, close=close, postgres_uri=postgres_uri)
 
 
 def _version(query: Query) -> str | None:

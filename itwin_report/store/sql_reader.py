@@ -15,7 +15,14 @@ import pandas as pd
 
 from itwin_report.data.rundata import METRIC_KEYS
 from itwin_report.data.validate import POINT_INTEGER, POINT_INTEGER_TEXT, named
-from itwin_report.store.columnar import fetch_numeric
+from itwin_report.store.columnar import (
+    Refused,
+    enabled,
+    integer_column,
+    numeric_columns,
+    read_batches,
+)
+from itwin_report.store.points import PointParts
 from itwin_report.store.tree import PARENT_TAG
 from itwin_report.store.uri import mask_uri
 from itwin_report.util.errors import StoreError
@@ -26,12 +33,16 @@ Query = Callable[[str, dict[str, Any]], pd.DataFrame]
 
 WANTED_TABLE = "itwin_report_wanted"
 SYSTEM_PREFIX = "system/gpu_"  # MLflow's own system metrics, per GPU
-# every key starting with SYSTEM_PREFIX, as a range an index on the key can answer ("`" follows
-# "_"); unlike LIKE, exact about case and "_"
-SYSTEM_RANGE = (SYSTEM_PREFIX, SYSTEM_PREFIX[:-1] + "`")
-SYSTEM_PROBE = "SELECT 1 FROM metrics WHERE key >= ? AND key < ? LIMIT 1"
-FETCH_ROWS = 200_000  # rows per fetch when reading columns into arrays
-KEY_SLOTS = 8  # room for the codes of METRIC_KEYS
+# every key of the store, one probe of the index on the key per key (no scan of the points)
+STORE_KEYS = (
+    "WITH RECURSIVE k(key) AS (SELECT min(key) FROM metrics UNION ALL "
+    "SELECT (SELECT min(m.key) FROM metrics m WHERE m.key > k.key) FROM k "
+    "WHERE k.key IS NOT NULL) SELECT key FROM k WHERE key IS NOT NULL"
+)
+FETCH_ROWS = 200_000  # rows per fetch when sqlite3 reads columns into arrays
+# read every point of a key, not each wanted run's, when the wanted runs are at least
+# 1 / SCAN_SHARE of the store's
+SCAN_SHARE = 2
 WANTED_SETUP = (
     "PRAGMA temp_store = MEMORY",
     f"DROP TABLE IF EXISTS temp.{WANTED_TABLE}",
@@ -46,14 +57,10 @@ def _in_list(prefix: str, values: Sequence[str]) -> tuple[str, dict[str, Any]]:
     return ", ".join(f":{n}" for n in names), dict(zip(names, values, strict=True))
 
 
-def _points_sql(columns: str) -> str:
-    """The wanted runs' points of :data:`METRIC_KEYS`: ``run position * 8 + key``, ``columns``."""
-    keys = "".join(f"WHEN '{k}' THEN {i} " for i, k in enumerate(METRIC_KEYS))
-    return (
-        f"SELECT w.idx * {KEY_SLOTS} + CASE m.key {keys}END, {columns} FROM {WANTED_TABLE} w "
-        "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key IN "
-        f"({', '.join('?' * len(METRIC_KEYS))})"
-    )
+def _integers(values: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """(64-bit integers, which were None) of one column of sqlite3's rows (None -> 0)."""
+    missing = np.array([v is None for v in values], dtype=bool)
+    return np.array([0 if v is None else v for v in values], dtype=np.int64), missing
 
 
 def first_line(exc: BaseException) -> str:
@@ -90,14 +97,17 @@ class SqlReader:
         sqlite: sqlite3.Connection | None = None,
         close: Callable[[], None] | None = None,
         sqlite_url: str | None = None,
+        postgres_uri: str | None = None,
     ) -> None:
         self._query = query
         self._sqlite = sqlite
         self._sqlite_url = sqlite_url  # the read-only URI filename, for the columnar reader
+        self._postgres_uri = postgres_uri  # libpq's URI, for the columnar PostgreSQL read
         self._close = close
         self.uri = uri
         self.has_is_nan = True
         self.warnings: list[str] = []
+        self._keys: set[str] | None = None
         self._text = LenientText()
         if sqlite is not None:
             sqlite.text_factory = self._text
@@ -172,107 +182,176 @@ class SqlReader:
                 f"({named(shown)}) was read with replacement characters"
             )
 
+    def store_keys(self) -> set[str]:
+        """Every metric key the store holds, asked once (a walk along the index on the key:
+        one probe per key, never a scan of the points)."""
+        if self._keys is None:
+            frame = self._query(STORE_KEYS, {})
+            self._keys = {k for k in frame["key"] if isinstance(k, str)}
+        return self._keys
+
     def metrics(self, experiment_id: Any, run_ids: Sequence[str], advance: Advance) -> pd.DataFrame:
         """Points of :data:`METRIC_KEYS` (and MLflow's GPU system metrics) of ``run_ids``.
 
         NaN is restored from ``is_nan`` when the column exists; a point whose value is not a
-        number (text in the value column) is left out with a warning naming its run.
+        number (text in the value column) is left out with a warning naming its run. Only keys
+        the store holds are asked for.
         """
+        frame: pd.DataFrame | None
         if self._sqlite is not None:
             try:
                 frame = self._sqlite_metrics(run_ids)
             except (sqlite3.Error, pd.errors.DatabaseError) as exc:
                 raise StoreError(f"cannot read {mask_uri(self.uri)}: {first_line(exc)}") from None
         else:
-            frame = self._generic_metrics(experiment_id, run_ids)
+            frame = self._postgres_metrics(experiment_id, run_ids)
+            if frame is None:
+                frame = self._generic_metrics(experiment_id, run_ids)
         advance(len(run_ids) * len(METRIC_KEYS))
         return frame
 
-    def _sqlite_metrics(self, run_ids: Sequence[str]) -> pd.DataFrame:
-        """Four numeric columns per point, fetched into arrays in chunks.
+    def _wanted_keys(self) -> list[str]:
+        """The keys to read, sorted: :data:`METRIC_KEYS` and MLflow's per-GPU system metrics
+        (every key starting with :data:`SYSTEM_PREFIX`) that the store holds."""
+        held = self.store_keys()
+        system = {k for k in held if k.startswith(SYSTEM_PREFIX)}
+        return sorted({*(k for k in METRIC_KEYS if k in held), *system})
 
-        Run and key travel as one code (``run position * 8 + key position``); a point whose
-        value, step or timestamp is not a number comes back with a NULL step.
+    def _sqlite_metrics(self, run_ids: Sequence[str]) -> pd.DataFrame:
+        """The points of the wanted keys, one query per key, in columns of numbers.
+
+        Read by the ADBC driver in batches when it can (:mod:`~itwin_report.store.columnar`),
+        else by sqlite3; a point whose value, step or timestamp is not a number comes back
+        flagged, and is left out with a warning.
         """
         assert self._sqlite is not None
         run_ids = sorted(run_ids)
-        self._fill_wanted(run_ids)
-        numeric = "typeof(m.value) IN ('real', 'integer')"
-        numeric += " AND typeof(m.step) = 'integer' AND typeof(m.timestamp) = 'integer'"
-        nan = "WHEN m.is_nan THEN NULL " if self.has_is_nan else ""
-        value = f"CASE {nan}WHEN {numeric} THEN CAST(m.value AS REAL) END"
-        sql = _points_sql(
-            f"{value}, CASE WHEN {numeric} THEN m.step END, "
-            f"CASE WHEN {numeric} THEN m.timestamp END"
-        )
-        table = self._fetch_columnar(run_ids)
-        if table is None:
-            table = self._fetch_array(sql, METRIC_KEYS)
-        codes = table[:, 0].astype(np.int64)
-        frame = pd.DataFrame(
-            {
-                "run_id": pd.Categorical.from_codes(
-                    codes // KEY_SLOTS, categories=pd.Index(run_ids)
-                ),
-                "key": pd.Categorical.from_codes(
-                    codes % KEY_SLOTS, categories=pd.Index(METRIC_KEYS)
-                ),
-                "step": table[:, 2],
-                "value": table[:, 1],
-                "timestamp": table[:, 3],
-            }
-        )
-        bad = np.isnan(table[:, 2])
-        del table
-        frame = self._drop_bad(frame, bad)
-        if not self._sqlite.execute(SYSTEM_PROBE, SYSTEM_RANGE).fetchall():
-            return frame  # no system metrics anywhere in the store: no query per run
-        system = pd.read_sql(
-            f"SELECT m.run_uuid AS run_id, m.key AS key, m.step AS step, {value} AS value, "
-            f"m.timestamp AS timestamp, NOT ({numeric}) AS bad FROM {WANTED_TABLE} w "
-            "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key >= ? AND m.key < ?",
-            self._sqlite,
-            params=list(SYSTEM_RANGE),
-        )
-        if system.empty:
-            return frame
-        system = self._drop_bad(system.drop(columns="bad"), system["bad"] != 0)
-        return pd.concat(
-            [frame.astype({"run_id": object, "key": object}), system], ignore_index=True
-        )
+        keys = self._wanted_keys()
+        parts = PointParts(run_ids, keys)
+        if keys and not self._columnar_points(parts):
+            parts = PointParts(run_ids, keys)
+            self._sqlite3_points(parts)
+        frame, bad = parts.frame()
+        return self._drop_bad(frame, bad)
 
-    def _fetch_columnar(self, run_ids: Sequence[str]) -> np.ndarray | None:
-        """The four columns of :meth:`_sqlite_metrics` read by the ADBC driver, or None.
+    def _scan_whole_keys(self, wanted: int) -> bool:
+        """Whether the wanted runs are so large a share of the store's runs that reading every
+        point of a key (along the index on the key) costs less than finding each run's."""
+        assert self._sqlite is not None
+        (total,) = self._sqlite.execute("SELECT count(*) FROM runs").fetchone()
+        return wanted * SCAN_SHARE >= int(total)
 
-        The raw columns are fetched (no per-row type checks in SQL); the driver refuses a
-        column that mixes types, and a NULL marks a point that is not a number, as in SQL.
+    def _columnar_points(self, parts: PointParts) -> bool:
+        """The points read by the ADBC driver into ``parts``; False when it steps aside.
+
+        The raw columns are fetched (no per-row type checks in SQL): the driver refuses a
+        column that mixes types, a step or timestamp that is not an integer column is left to
+        sqlite3's checks, and a NULL marks a point that is not a number, as in SQL.
         """
         if self._sqlite_url is None:
-            return None
-        nan = "m.is_nan" if self.has_is_nan else "0"
-        sql = _points_sql(f"m.value, m.step, m.timestamp, {nan}")
-        wanted: list[tuple[Any, ...]] = [(r, i) for i, r in enumerate(run_ids)]
-        setup: list[tuple[str, Sequence[tuple[Any, ...]]]] = [(s, ()) for s in WANTED_SETUP]
-        setup.append((WANTED_INSERT, wanted))
-        raw = fetch_numeric(self._sqlite_url, setup, sql, METRIC_KEYS)
-        if raw is None:
-            return None
-        numeric = ~np.isnan(raw[:, 1:4]).any(axis=1)
-        is_nan = np.nan_to_num(raw[:, 4]) != 0
-        table = raw[:, :4]
-        table[~numeric, 2:4] = np.nan
-        table[~numeric | is_nan, 1] = np.nan
-        return table
+            return False
+        import pyarrow as pa
+        import pyarrow.compute as pc
 
-    def _fetch_array(self, sql: str, params: Sequence[Any]) -> np.ndarray:
-        """All rows of a numeric query as one float64 array (NULL -> NaN), fetched in chunks."""
+        nan = "m.is_nan" if self.has_is_nan else "0"
+        columns = f"m.value, m.step, m.timestamp, {nan}"
+        scan = self._scan_whole_keys(len(parts.run_ids))
+        setup: list[tuple[str, Sequence[tuple[Any, ...]]]] = []
+        if scan:
+            sql = f"SELECT m.run_uuid, {columns} FROM metrics m WHERE m.key = ?"
+            ids = pa.array(list(parts.run_ids), type=pa.string())
+        else:
+            sql = (
+                f"SELECT w.idx, {columns} FROM {WANTED_TABLE} w "
+                "JOIN metrics m ON m.run_uuid = w.run_uuid WHERE m.key = ?"
+            )
+            setup = [(s, ()) for s in WANTED_SETUP]
+            setup.append((WANTED_INSERT, [(r, i) for i, r in enumerate(parts.run_ids)]))
+
+        def consume(key: int, batch: Any) -> None:
+            first = batch.column(0)
+            if scan:
+                if not pa.types.is_string(first.type):
+                    raise Refused("a run id that is not text")
+                codes = pc.fill_null(pc.index_in(first, value_set=ids), -1)
+            elif not pa.types.is_integer(first.type):
+                raise Refused("a position that is not an integer")
+            else:
+                codes = first
+            step, no_step = integer_column(batch.column(2))
+            stamp, no_stamp = integer_column(batch.column(3))
+            value, is_nan = numeric_columns(batch, (1, 4)).T
+            runs = codes.to_numpy(zero_copy_only=False)
+            self._add_rows(parts, runs, key, value, step, stamp, no_step | no_stamp, is_nan)
+
+        queries = [(i, sql, [k]) for i, k in enumerate(parts.keys)]
+        return read_batches(self._sqlite_url, setup, queries, consume)
+
+    @staticmethod
+    def _add_rows(
+        parts: PointParts,
+        runs: np.ndarray,
+        key: int,
+        value: np.ndarray,
+        step: np.ndarray,
+        stamp: np.ndarray,
+        missing: np.ndarray,
+        is_nan: np.ndarray,
+    ) -> None:
+        """Rows into ``parts``: NaN where ``is_nan`` is set; a row whose value (NaN: NULL),
+        step or timestamp (``missing``) is not a number is flagged."""
+        numeric = ~(np.isnan(value) | missing)
+        value = np.where(numeric & (np.nan_to_num(is_nan) == 0), value, np.nan)
+        parts.add(runs.astype(np.int64), key, value, step, stamp, ~numeric)
+
+    def _sqlite3_points(self, parts: PointParts) -> None:
+        """The points read by sqlite3 into ``parts``: each value's type checked in SQL."""
         assert self._sqlite is not None
-        cursor = self._sqlite.execute(sql, list(params))
-        width = len(cursor.description)
-        parts = [np.empty((0, width))]
-        while rows := cursor.fetchmany(FETCH_ROWS):
-            parts.append(np.array(rows, dtype=np.float64))
-        return np.concatenate(parts)
+        self._fill_wanted(parts.run_ids)
+        numeric = "typeof(m.value) IN ('real', 'integer')"
+        numeric += " AND typeof(m.step) = 'integer' AND typeof(m.timestamp) = 'integer'"
+        nan = "CASE WHEN m.is_nan THEN 1 ELSE 0 END" if self.has_is_nan else "0"
+        sql = (
+            f"SELECT w.idx, CASE WHEN {numeric} THEN CAST(m.value AS REAL) END, "
+            f"CASE WHEN {numeric} THEN m.step END, CASE WHEN {numeric} THEN m.timestamp END, "
+            f"{nan} FROM {WANTED_TABLE} w JOIN metrics m ON m.run_uuid = w.run_uuid "
+            "WHERE m.key = ?"
+        )
+        for key, name in enumerate(parts.keys):
+            cursor = self._sqlite.execute(sql, [name])
+            while rows := cursor.fetchmany(FETCH_ROWS):
+                idx, value, step, stamp, is_nan = zip(*rows, strict=True)
+                steps, no_step = _integers(step)
+                stamps, no_stamp = _integers(stamp)
+                self._add_rows(
+                    parts,
+                    np.array(idx, dtype=np.int64),
+                    key,
+                    np.array(value, dtype=np.float64),
+                    steps,
+                    stamps,
+                    no_step | no_stamp,
+                    np.array(is_nan, dtype=np.float64),
+                )
+
+    def _postgres_metrics(self, experiment_id: Any, run_ids: Sequence[str]) -> pd.DataFrame | None:
+        """The generic path's points, read column-wise (:mod:`~itwin_report.store.postgres`);
+        None when that read steps aside. The keys are those the generic path's ``IN`` and
+        ``LIKE`` select, as the store holds them."""
+        if self._postgres_uri is None or not enabled():
+            return None
+        from itwin_report.store.postgres import read_points
+
+        held = self.store_keys()
+        like = {
+            k for k in held if k.startswith(SYSTEM_PREFIX[:-1]) and len(k) > len(SYSTEM_PREFIX) - 1
+        }
+        keys = sorted({*(k for k in METRIC_KEYS if k in held), *like})
+        parts = PointParts(sorted(run_ids), keys)
+        if keys and not read_points(self._postgres_uri, experiment_id, parts, self.has_is_nan):
+            return None
+        frame, bad = parts.frame()
+        return self._drop_bad(frame, bad)
 
     def _generic_metrics(self, experiment_id: Any, run_ids: Sequence[str]) -> pd.DataFrame:
         keys, bind = _in_list("k", METRIC_KEYS)
