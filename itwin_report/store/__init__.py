@@ -196,39 +196,42 @@ def _may_hold_artifacts(workers: Any) -> Any:
 
     Found by listing folders, each once, instead of two failed opens per run: the folder that
     several runs' artifact folders share (``<root>/<run>``), or the one that holds every
-    run's own folder (MLflow's ``<root>/<experiment>/<run>/artifacts``). A folder that cannot
-    be listed keeps its runs: reading them reports why.
+    run's own folder (MLflow's ``<root>/<experiment>/<run>/artifacts``). The URIs are split as
+    text; only each folder's URI is turned into a path. A folder that cannot be listed keeps
+    its runs: reading them reports why.
     """
     import os
     from collections import Counter
+    from urllib.parse import unquote
 
-    roots = [local_artifact_dir(str(uri)) for uri in workers["artifact_uri"]]
-    if not any(roots):
-        return workers
-    shared = Counter(root.parent for root in roots if root is not None)
-    listed: dict[Path, set[str] | None] = {}
+    uris = [str(uri).rstrip("/") for uri in workers["artifact_uri"]]
+    split = [uri.rpartition("/") for uri in uris]
+    shared = Counter(folder for folder, _, _ in split)
+    listed: dict[str, set[str] | None] = {}
 
-    def names(folder: Path) -> set[str] | None:
-        if folder not in listed:
+    def names(folder_uri: str) -> set[str] | None:
+        if folder_uri not in listed:
+            folder = local_artifact_dir(folder_uri) if folder_uri else None
             try:
-                listed[folder] = set(os.listdir(folder))
+                listed[folder_uri] = None if folder is None else set(os.listdir(folder))
             except (FileNotFoundError, NotADirectoryError):
-                listed[folder] = set()
+                listed[folder_uri] = set()
             except OSError:
-                listed[folder] = None
-        return listed[folder]
+                listed[folder_uri] = None
+        return listed[folder_uri]
 
-    def present(root: Path | None) -> bool:
-        if root is None or not root.name or not root.parent.name:
+    def present(uri: str, folder: str, name: str) -> bool:
+        if not name or not folder or "?" in uri or "#" in uri:
             return True
-        run_folder = root.parent
-        if shared[run_folder] > 1:  # runs side by side: one listing answers for all
-            found, name = names(run_folder), root.name
-        else:  # each run in a folder of its own: ask the folder that holds them
-            found, name = names(run_folder.parent), run_folder.name
-        return found is None or name in found
+        if shared[folder] == 1:  # each run in a folder of its own: ask the folder holding them
+            folder, _, name = folder.rpartition("/")
+            if not name or not folder:
+                return True
+        found = names(folder)
+        plain = unquote(name) if uri.startswith("file:") else name
+        return found is None or plain in found
 
-    keep = [present(root) for root in roots]
+    keep = [present(uri, folder, name) for uri, (folder, _, name) in zip(uris, split, strict=True)]
     return workers if all(keep) else workers[keep]
 
 
