@@ -9,6 +9,7 @@
     report.figures()             # name -> matplotlib Figure
     result = ir.compare(baseline_report, report)
     result.table                 # one row per configuration and metric
+    report = ir.build(data, traces="logs_torch_profiler")   # profiler traces, itwinai's layout
 
 Errors are :class:`~itwin_report.util.errors.ReportError` subclasses with the CLI's exit codes.
 """
@@ -24,6 +25,9 @@ if TYPE_CHECKING:
     from itwin_report.data.rundata import RunData
     from itwin_report.render.notebook import Report
     from itwin_report.report import Report as ReportModel
+    from itwin_report.traces.analyze import RunTraces
+
+TracePaths = str | Path | Sequence[str | Path]
 
 
 def load(
@@ -76,10 +80,17 @@ def build(
     max_energy_per_speedup: float | None = None,
     deadline_hours: float | None = None,
     epochs: int | None = None,
+    traces: TracePaths | RunTraces | None = None,
 ) -> Report:
-    """Aggregate loaded runs into a :class:`Report` (pure: no I/O): the report's tables as
-    DataFrames, with ``to_json()``, ``to_text()``, ``to_html()``, ``figures()`` and a Jupyter
-    display.
+    """Aggregate loaded runs into a :class:`Report` (pure: no I/O, unless ``traces`` names
+    files to read): the report's tables as DataFrames, with ``to_json()``, ``to_text()``,
+    ``to_html()``, ``figures()`` and a Jupyter display.
+
+    ``traces``: profiler traces, as the command's ``--traces``: a folder in itwinai's layout
+    (``<run name>/torch-traces/worker_<rank>.<time>.pt.trace.json[.gz]``), trace files, a list
+    of them, or what :func:`read_traces` returned (which can add the traces logged as
+    artifacts of the worker runs). They give the time breakdown its compute, exposed
+    communication and idle shares (``report.trace_ranks`` per rank) and name stragglers.
 
     The options are the report command's; with ``fail_under_efficiency`` the report carries the
     gate's verdict (``report.gate``) instead of raising. The energy and cost options
@@ -90,8 +101,11 @@ def build(
     from itwin_report.render.notebook import Report
     from itwin_report.report import build_report
     from itwin_report.report.cost import CostFactors
+    from itwin_report.traces.analyze import RunTraces
 
     gate = None if fail_under_efficiency is None else (float(fail_under_efficiency), gate_on)
+    if traces is not None and not isinstance(traces, RunTraces):
+        traces = read_traces(data, traces)
     report = build_report(
         data,
         warmup_epochs=warmup_epochs,
@@ -105,8 +119,43 @@ def build(
         costs=CostFactors(pue, carbon_intensity, gpu_hour_price, currency, gpus_per_node),
         max_energy_per_speedup=max_energy_per_speedup,
         deadline=(deadline_hours, epochs),
+        traces=traces,
     )
     return Report.of(report)
+
+
+def read_traces(
+    data: RunData,
+    paths: TracePaths = (),
+    *,
+    tracking_uri: str | None = None,
+    jobs: int | None = None,
+) -> RunTraces:
+    """Profiler traces matched to ``data``'s worker runs, each read once (``jobs`` processes
+    at most): the files and folders in ``paths`` and, with ``tracking_uri`` (the store ``data``
+    was loaded from), the traces logged as artifacts of its worker runs.
+
+    A path that does not exist raises a ReportError (exit code 1); traces that match no worker
+    run, or several, are warnings naming the file (``docs/traces.md``).
+    """
+    from itwin_report import store
+    from itwin_report.traces.analyze import RunTraces, find_traces, layout_files, run_traces
+    from itwin_report.traces.match import TraceFile
+    from itwin_report.traces.reader import is_trace_name
+
+    given = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    found = find_traces(given)
+    files, notes = layout_files(found, set(data.runs["run_name"]), given)
+    runs = [{str(k): v for k, v in r.items()} for r in data.runs.to_dict("records")]
+    if tracking_uri is None:
+        out = run_traces(runs, files, jobs) if files else RunTraces()
+        out.warnings[:0] = notes
+        return out
+    with store.logged_traces(tracking_uri, data, is_trace_name) as logged:
+        files += [TraceFile(t.path, t.run_id, t.label) for t in logged.traces]
+        out = run_traces(runs, files, jobs) if files else RunTraces()
+    out.warnings[:0] = [*notes, *logged.warnings]
+    return out
 
 
 def _side(value: Any, name: str) -> Side:

@@ -98,6 +98,8 @@ def test_json_report_schema(store: str) -> None:
         "computation",
         "throughput",
         "time_breakdown",
+        "stragglers",
+        "trace_ranks",
         "baseline",
         "warnings",
         *("scaling", "scaling_note", "runs", "fastest", "scaling_models", "karp_flatt"),

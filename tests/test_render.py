@@ -142,7 +142,7 @@ def test_markdown_csv_json() -> None:
     assert set(obj) == {
         "tool", "schema_version", "experiment", "tracking_uri", "warmup_epochs", "epoch_time",
         "gpu", "computation", "throughput", "time_breakdown", "baseline", "warnings",
-        "warning_records", "gate",
+        "warning_records", "gate", "stragglers", "trace_ranks",
     }  # fmt: skip
     assert obj["gate"] is None and obj["schema_version"] == 2
     assert obj["epoch_time"][1]["std_epoch_time_s"] is None

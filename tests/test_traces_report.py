@@ -1,14 +1,22 @@
-"""Where the time goes per configuration, its verdict, and stragglers from metrics, on run data
-written by hand (every expected number worked out in the comments)."""
+"""Where the time goes per configuration, its verdict, and stragglers from metrics and traces,
+on run data written by hand and on real SQLite stores with traces in itwinai's layout (every
+expected number worked out in the comments)."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pandas as pd
 import pytest
+from conftest import cli_runner
+from test_traces_match import EXPERIMENT, T0, Job, S, write_store, write_traces
 
 from itwin_report.analysis.outliers import lagging
+from itwin_report.cli import main
 from itwin_report.data.rundata import EPOCH_TIME, GPU_UTIL, RATE, RunData
-from itwin_report.report.breakdown import time_breakdown
+from itwin_report.emulator import kineto, mlflow_writer
+from itwin_report.report.breakdown import merged_stragglers, time_breakdown
 from itwin_report.report.stragglers import metric_stragglers
 
 
@@ -129,6 +137,34 @@ def test_metric_stragglers_name_a_rank_a_node_or_none() -> None:
     assert found["ranks"].tolist() == [[4, 5]]
 
 
+def test_a_rank_named_by_traces_and_metrics_is_one_straggler() -> None:
+    steady = {f"a-{r}": [95.0, 95.0] for r in range(4)}
+    metrics = metric_stragglers(_data({**steady, "a-3": [60.0, 60.0]}))
+    traced = {
+        "strategy": "ddp",
+        "workers": 4,
+        "job_id": "a",
+        "scope": "rank",
+        "ranks": [3],
+        "node": "node1",
+        "measure": "compute per step",
+        "ratio": 1.2,
+        "text": "rank 3 (node1): compute per step 1.20× the median of 4 ranks (…)",
+    }
+    other = {**traced, "ranks": [1], "text": "rank 1: …"}
+    merged = merged_stragglers(metrics, [traced, other, dict(traced)])  # rank 3 twice
+    assert merged["ranks"].tolist() == [[1], [3]]
+    three = merged.iloc[1]
+    assert (three["source"], three["measure"]) == (
+        "traces, metrics",
+        "compute per step, GPU utilization",
+    )
+    assert three["text"] == (
+        "rank 3 (node1): compute per step 1.20× the median of 4 ranks (…); "
+        "rank 3 (node1): GPU utilization 0.63× the median of 4 ranks (60 % vs 95 %)"
+    )
+
+
 def test_lagging_rule_by_hand() -> None:
     same = dict.fromkeys(range(8), 10.0)
     assert lagging(same, "x") == []
@@ -138,3 +174,135 @@ def test_lagging_rule_by_hand() -> None:
     jitter = {r: 10.0 + 0.1 * (r % 3) for r in range(8)}  # spread 0.2 around 10.1
     assert lagging({**jitter, 5: 10.4}, "x") == []  # 0.3 above: within 2 x spread
     assert lagging({0: 1.0, 1: 2.0}, "x") == []  # two ranks: never named
+
+
+# ---------------------------------------------------------------- the report with traces
+
+
+def _report(uri: str, *args: str) -> tuple[int, str, str]:
+    base = ["generate-scalability-report", "--tracking-uri", uri, "--no-plots", "-q"]
+    result = cli_runner().invoke(main, [*base, *args])
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_report_with_traces_worked_out_by_hand(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    ddp4 = Job("ddp-4", 4, T0, T0 + 60 * S)
+    ddp8 = Job("ddp-8", 8, T0 + 100 * S, T0 + 160 * S)
+    ds8 = Job("ds-8", 8, T0 + 200 * S, T0 + 260 * S, strategy="deepspeed", logged=tuple(range(8)))
+    write_store(uri, [ddp4, ddp8, ds8])
+    root = tmp_path / "traces"
+    # RankSpec's defaults: 5 steps of 10 ms (the last left out: 4 analysed); a step is a 0.5 ms
+    # copy, 6 ms of compute, a 2 ms all-reduce starting 1 ms before the compute ends
+    write_traces(root, ddp4)
+    # 8 identical ranks, a 4 ms all-reduce: 3 ms of it exposed per step
+    write_traces(root, ddp8, kineto.job(8, comm_us=4_000.0), gz=True)
+    # rank 5 computes 7.2 ms; the others' all-reduce waits 1.2 ms longer for it (3.2 ms)
+    write_traces(root, ds8, kineto.job(8, slow_rank=5))
+    code, out, err = _report(uri, "-e", EXPERIMENT, "--traces", str(root), "--format", "json")
+    assert (code, err) == (0, "")
+    body = json.loads(out)
+    rows = {(r["strategy"], r["workers"]): r for r in body["time_breakdown"]}
+    # ddp-4, each rank: span 3 x 10 ms + (0.5 + 6 + 1) ms = 37.5 ms; compute 4 x 6 = 24 ms;
+    # exposed 4 x 1 = 4 ms; idle 37.5 - 4 x 7.5 = 7.5 ms
+    four = rows[("torch-ddp", 4)]
+    assert four["compute_pct"] == pytest.approx(100 * 24 / 37.5)  # 64.0 %
+    assert four["exposed_communication_pct"] == pytest.approx(100 * 4 / 37.5)  # 10.7 %
+    assert four["idle_pct"] == pytest.approx(100 * 7.5 / 37.5)  # 20.0 %
+    assert four["bound_by"] == "computation"
+    assert four["evidence"] == (
+        "compute is 64.0 % of the device time, exposed communication 10.7 %, idle 20.0 %"
+    )
+    # ddp-8: busy 0.5 + 6 + 3 = 9.5 ms a step; span 30 + 9.5 = 39.5 ms; exposed 4 x 3 = 12 ms;
+    # idle 39.5 - 4 x 9.5 = 1.5 ms; compute 24 ms (HTA rounds each rank's percentages)
+    eight = rows[("torch-ddp", 8)]
+    assert eight["compute_pct"] == pytest.approx(round(100 * 24 / 39.5, 2))  # 60.76 %
+    assert eight["exposed_communication_pct"] == pytest.approx(100 * 12 / 39.5)  # 30.4 %
+    assert eight["idle_pct"] == pytest.approx(round(100 * 1.5 / 39.5, 2))  # 3.80 %
+    assert eight["bound_by"] == "communication"
+    # deepspeed-8: every rank busy 8.7 ms a step (rank 5: 0.5 + 7.2 + 1; the others 0.5 + 6 +
+    # 2.2), span 30 + 8.7 = 38.7 ms; compute 28.8 ms on rank 5, 24 ms on the others
+    ds = rows[("deepspeed", 8)]
+    mean_compute = (round(100 * 28.8 / 38.7, 2) + 7 * round(100 * 24 / 38.7, 2)) / 8
+    assert ds["compute_pct"] == pytest.approx(mean_compute)  # 63.57 %
+    assert ds["exposed_communication_pct"] == pytest.approx(100 * (4 + 7 * 8.8) / 8 / 38.7)
+    assert ds["bound_by"] == "a straggler"
+    assert ds["evidence"].startswith(
+        "rank 5 (node1): compute per step 1.20× the median of 8 ranks (0.0072 s vs 0.006 s)"
+    )
+    # the stragglers: rank 5 of deepspeed-8 only; eight identical ranks (ddp-8) name none
+    (slow,) = body["stragglers"]
+    assert (slow["strategy"], slow["workers"], slow["ranks"], slow["node"]) == (
+        "deepspeed",
+        8,
+        [5],
+        "node1",
+    )
+    assert slow["job_id"] == ds8.top and slow["source"] == "traces"
+    assert slow["measure"] == "compute per step, collective launch delay per step"
+    # per rank: 4 + 8 + 8 rows; the computation table gives the traces' compute share
+    assert len(body["trace_ranks"]) == 20
+    first = {(r["strategy"], r["workers"]): r for r in body["trace_ranks"] if r["rank"] == 0}
+    assert {k: r["compute_pct"] for k, r in first.items()} == {
+        ("torch-ddp", 4): 64.0,
+        ("torch-ddp", 8): 60.76,
+        ("deepspeed", 8): 62.02,  # 24 / 38.7
+    }
+    assert [r["workers"] for r in body["trace_ranks"]] == [8] * 8 + [4] * 4 + [8] * 8
+    comp = {(r["strategy"], r["workers"]): r for r in body["computation"]}
+    assert comp[("torch-ddp", 4)]["trace_compute_fraction"] == pytest.approx(0.64)
+    assert comp[("torch-ddp", 4)]["computation_fraction"] is None
+    assert [w for w in body["warning_records"] if w["table"] == "time_breakdown"] == []
+    code, out, _ = _report(uri, "-e", EXPERIMENT, "--traces", str(root))
+    table = out[out.index("Where the time goes") :]
+    assert "Compute  Exposed comm    Idle" in table
+    row = next(line for line in table.splitlines() if line.startswith("torch-ddp        4"))
+    assert row.split()[-7:] == ["64.0", "%", "10.7", "%", "20.0", "%", "computation"]
+    assert "- straggler in deepspeed-8: rank 5 (node1): compute per step 1.20×" in table
+    computation = out[out.index("Computation vs other") : out.index("Throughput")]
+    assert "Compute (traces)" in computation and "64.0 %" in computation
+    assert "Compute (traces) is the share of the device span with a compute kernel" in computation
+
+
+def test_without_traces_the_computation_table_says_it_counts_overlap_twice(
+    tmp_path: Path,
+) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    job = Job("ddp-4", 4, T0, T0 + 60 * S)
+    write_store(uri, [job])
+    assert job.runs is not None
+    csv = "name,self_cuda_time_total\naten::mm,600\nnccl:all_reduce,300\nProfilerStep*,1000\n"
+    path = "torch_profiling_averages/torch_profiling_averages.csv"
+    mlflow_writer.RunWriter(uri).log_text(job.runs[0], csv, path)
+    code, out, _ = _report(uri, "-e", EXPERIMENT)
+    computation = out[out.index("Computation vs other") : out.index("Throughput")]
+    assert code == 0 and "Compute (traces)" not in computation  # no trace: no column
+    assert (
+        "- torch-ddp-4: from the profiler averages (self_cuda_time_total summed), which count "
+        "communication that overlaps computation twice, so the computation fraction "
+        "understates computation"
+    ) in computation
+
+
+def test_emulated_traces_give_the_truths_verdicts(tmp_path: Path) -> None:
+    """emulate --traces, then the report with --traces: every configuration's verdict is the
+    one the emulator's truth worked out from its noise-free model."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    traces, truth = tmp_path / "traces", tmp_path / "truth.json"
+    emulate = [
+        *("emulate", "--tracking-uri", uri, "--traces", str(traces), "--truth", str(truth)),
+        *("--strategies", "torch-ddp,deepspeed", "--workers", "1,8,16", "--repeats", "2"),
+        *("--epochs", "2", "--set", "samples_per_epoch=4096", "--set", "noise=0"),
+        *("--set", "straggler_factor=1.2", "--set", "straggler_rank=9", "-q"),
+    ]
+    result = cli_runner().invoke(main, emulate)
+    assert result.exit_code == 0, result.stderr
+    code, out, err = _report(uri, "--traces", str(traces), "--format", "json")
+    assert (code, err) == (0, "")
+    got = {(r["strategy"], r["workers"]): r["bound_by"] for r in json.loads(out)["time_breakdown"]}
+    expected = {
+        (c["strategy"], c["workers"]): c["bound_by"]
+        for c in json.loads(truth.read_text())["configurations"]
+    }
+    assert got == expected
+    assert expected[("torch-ddp", 16)] == "a straggler"  # the truth names what was planted

@@ -260,6 +260,18 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
     metavar="NAME",
     help="Run param that holds the number of workers of a configuration.",
 )
+@click.option(
+    "--traces",
+    "traces",
+    multiple=True,
+    type=click.Path(path_type=Path),
+    metavar="DIR",
+    help="PyTorch profiler traces in itwinai's layout, DIR/<run name>/torch-traces/"
+    "worker_<rank>.<time>.pt.trace.json[.gz] (or trace files; repeatable): each matched to its "
+    "worker run by run name, rank and time, for the compute, exposed-communication and idle "
+    "shares and the stragglers. Traces logged as artifacts of the worker runs are read "
+    "without it.",
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress or plot messages on stderr.")
 def generate_scalability_report(
     experiment_name: str | None,
@@ -291,6 +303,7 @@ def generate_scalability_report(
     epochs: int | None,
     strategy_param: str,
     workers_param: str,
+    traces: tuple[Path, ...],
     quiet: bool,
 ) -> None:
     """Read the runs of an experiment and print the scalability report.
@@ -300,8 +313,9 @@ def generate_scalability_report(
     verdict. Plots go to --plot-dir.
 
     \b
-    Examples (each works as written after `itwin-report emulate`; other stores:
-    --tracking-uri, e.g. http://127.0.0.1:5000 or sqlite:///path/mlflow.db):
+    Examples (each works as written after `itwin-report emulate --traces
+    mllogs/traces`; other stores: --tracking-uri, e.g. http://127.0.0.1:5000 or
+    sqlite:///path/mlflow.db):
       itwin-report generate-scalability-report -e emulated-cluster
       itwin-report generate-scalability-report -e emulated-cluster -r torch-ddp-4,torch-ddp-8
       itwin-report generate-scalability-report -e emulated-cluster --format markdown > r.md
@@ -314,8 +328,10 @@ def generate_scalability_report(
       itwin-report generate-scalability-report --strategy-param distributed_strategy
       itwin-report generate-scalability-report -e emulated-cluster --format html -o r.html
       itwin-report generate-scalability-report -e emulated-cluster --html r.html --no-plots
+      itwin-report generate-scalability-report -e emulated-cluster --traces mllogs/traces
     """
     from itwin_report import store
+    from itwin_report.api import read_traces
     from itwin_report.render import render
     from itwin_report.report import build_report
     from itwin_report.report.cost import CostFactors
@@ -337,6 +353,10 @@ def generate_scalability_report(
     if conflict:
         raise Failure(conflict, EXIT_USAGE)
     check_writable(outputs)
+    if traces:
+        from itwin_report.traces.analyze import find_traces
+
+        find_traces(traces)  # a folder that does not exist: one line and exit 1, before loading
     want_page = fmt == "html" or html_path is not None
     helper = start_plots(want_page or not no_plots)  # readies itself while the store is read
     if helper is not None:
@@ -350,6 +370,7 @@ def generate_scalability_report(
         strategy_param=strategy_param,
         workers_param=workers_param,
     )
+    found = read_traces(data, traces, tracking_uri=uri)
     report = build_report(
         data,
         warmup_epochs=warmup_epochs,
@@ -363,6 +384,7 @@ def generate_scalability_report(
         costs=costs,
         max_energy_per_speedup=max_energy_per_speedup,
         deadline=None if deadline_hours is None or epochs is None else (deadline_hours, epochs),
+        traces=found,
     )
     require_measurements(report)
     wanted = want_page or not no_plots

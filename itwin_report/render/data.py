@@ -69,6 +69,8 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     out["epoch_time"] = [pair_intervals(row) for row in out["epoch_time"]]
     out["gpu"] = [_paired(row, GPU_INTERVALS) for row in out["gpu"]]
     out.update(json_fields(report))
+    out["stragglers"] = _frame_records(getattr(report, "stragglers", None))
+    out["trace_ranks"] = _frame_records(getattr(report, "trace_ranks", None))
     out["warnings"] = [mask_text(w) for w in report.warnings]
     out["warning_records"] = [
         {"table": table_of(w), "kind": getattr(w, "kind", ""), "text": mask_text(w)}
@@ -77,6 +79,21 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     gate = getattr(report, "gate", None)
     out["gate"] = None if gate is None else gate.to_dict()
     out.update(decision_fields(report))
+    return out
+
+
+def _frame_records(frame: Any) -> list[dict[str, Any]]:
+    """A frame's rows, JSON-safe (lists of names and ranks kept, text masked); [] for None."""
+    if frame is None or frame.empty:
+        return []
+    out = []
+    for rec in frame.astype(object).to_dict("records"):
+        out.append(
+            {
+                str(k): [_plain(x) for x in v] if isinstance(v, list) else _plain(v)
+                for k, v in rec.items()
+            }
+        )
     return out
 
 

@@ -97,15 +97,22 @@ def title_line(report: Report) -> str:
 
 
 def table_block(report: Report, spec: TableSpec) -> Table:
-    """The table ``spec`` of ``report``, every cell formatted and masked."""
-    columns = spec.shown
+    """The table ``spec`` of ``report``, every cell formatted and masked; an optional column
+    only when some row has a value."""
     records = getattr(report, spec.name).to_dict("records")
+    columns = [
+        c
+        for c in spec.shown
+        if not c.optional or any(not is_missing(r.get(c.name)) for r in records)
+    ]
     rows = [[shown(col.cell(rec)) for col in columns] for rec in records]
     notes = None
     if spec.name == "throughput" and rows:
         notes = Notes("Input-bottleneck evidence", evidence_lines(report))
     if spec.name == "time_breakdown" and rows:
         notes = Notes("What bounds each configuration", bound_lines(report))
+    if spec.name == "computation" and rows:
+        notes = Notes("How computation is measured", computation_lines(report))
     return Table(
         name=spec.name,
         heading=spec.heading,
@@ -138,7 +145,39 @@ def bound_lines(report: Report) -> list[str]:
         )
     slow = getattr(report, "stragglers", None)
     if slow is not None and len(slow):
-        lines += [shown_line(f"straggler: {t}") for t in slow["text"]]
+        for rec in slow.to_dict("records"):
+            name = f"{shown(str(rec['strategy']))}-{int(rec['workers'])}"
+            lines.append(shown_line(f"straggler in {name}: {rec['text']}"))
+    return lines
+
+
+def computation_lines(report: Report) -> list[str]:
+    """What the computation table's fractions can and cannot tell, per source of its rows."""
+    averages, traced = [], []
+    for rec in report.computation.to_dict("records"):
+        name = f"{shown(str(rec['strategy']))}-{int(rec['workers'])}"
+        if not is_missing(rec.get("trace_compute_fraction")):
+            traced.append(name)
+        elif not is_missing(rec.get("computation_fraction")):
+            averages.append(name)
+    lines = []
+    if averages:
+        lines.append(
+            shown_line(
+                f"{', '.join(averages)}: from the profiler averages (self_cuda_time_total "
+                "summed), which count communication that overlaps computation twice, so the "
+                "computation fraction understates computation; traces (--traces, or logged as "
+                "artifacts) count the overlap once"
+            )
+        )
+    if traced:
+        lines.append(
+            shown_line(
+                f"{', '.join(traced)}: Compute (traces) is the share of the device span with a "
+                "compute kernel running, overlap counted once (the ranks' mean); it replaces "
+                "the averages' fraction, which counts overlapped communication twice"
+            )
+        )
     return lines
 
 

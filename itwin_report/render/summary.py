@@ -147,9 +147,31 @@ def efficiency_sentences(report: Report) -> list[str]:
 
 
 def time_sentences(report: Report) -> list[str]:
-    """Where GPU time goes at each strategy's largest profiled worker count."""
+    """Where GPU time goes at each strategy's largest profiled worker count: from traces where
+    the configuration has them (overlap counted once), else from the profiler averages."""
     out = []
+    breakdown = {(r["strategy"], r["workers"]): r for r in _records(report.time_breakdown)}
+    traced = (
+        _largest(report.computation, "trace_compute_fraction")
+        if "trace_compute_fraction" in report.computation
+        else []
+    )
+    for rec in traced:
+        row = breakdown.get((rec["strategy"], rec["workers"]), {})
+        shares = ""
+        if _known(row.get("exposed_communication_pct")):
+            exposed = _cell("time_breakdown", "exposed_communication_pct", row)
+            idle = _cell("time_breakdown", "idle_pct", row)
+            shares = f"; exposed communication {exposed}, idle {idle}"
+        out.append(
+            f"At {int(rec['workers'])} workers, {rec['strategy']} computes during "
+            f"{_fmt('computation', 'trace_compute_fraction', rec['trace_compute_fraction'])} of "
+            f"the device time (from traces{shares})."
+        )
+    done = {r["strategy"] for r in traced}
     for rec in _largest(report.computation, "computation_fraction"):
+        if rec["strategy"] in done:
+            continue
         comm = rec["communication_fraction"]
         other = 1.0 - rec["computation_fraction"] - (comm if _known(comm) else 0.0)
         out.append(
@@ -157,8 +179,28 @@ def time_sentences(report: Report) -> list[str]:
             f"{_fmt('computation', 'computation_fraction', rec['computation_fraction'])} of GPU "
             f"time in computation, {_fmt('computation', 'communication_fraction', comm)} in "
             f"communication and {_fmt('computation', 'computation_fraction', max(0.0, other))}"
-            " elsewhere."
+            " elsewhere. These are profiler averages, which count communication that overlaps"
+            " computation twice."
         )
+    return out
+
+
+def bound_sentences(report: Report) -> list[str]:
+    """What bounds the configurations (the time breakdown's verdicts), grouped by verdict, and
+    the stragglers named."""
+    groups: dict[str, list[str]] = {}
+    for rec in _records(report.time_breakdown):
+        groups.setdefault(str(rec["bound_by"]), []).append(
+            f"{rec['strategy']}-{int(rec['workers'])}"
+        )
+    if not groups:
+        return []
+    parts = [f"by {verdict}: {', '.join(names)}" for verdict, names in groups.items()]
+    out = [f"Bound {'; '.join(parts)}."]
+    slow = getattr(report, "stragglers", None)
+    if slow is not None and len(slow):
+        named = [f"{r['strategy']}-{int(r['workers'])}: {r['text']}" for r in _records(slow)]
+        out.append(f"Stragglers: {'; '.join(named)}.")
     return out
 
 
@@ -218,7 +260,8 @@ def summary_sentences(report: Report) -> list[str]:
         lines = ["No epoch times were found, so no scaling can be stated."]
     else:
         lines = fastest_sentences(report) + efficiency_sentences(report)
-    lines += time_sentences(report) + verdict_sentences(report) + energy_sentences(report)
+    lines += time_sentences(report) + bound_sentences(report)
+    lines += verdict_sentences(report) + energy_sentences(report)
     decision = getattr(report, "decision", None)
     if decision is not None:
         lines += decision.sentences

@@ -9,7 +9,8 @@ Per job, then averaged over the configuration's jobs:
   (the steady ``local_samples_per_sec`` of the job's lowest-rank run × workers);
   ``rest_s`` = epochs − steady: validation, checkpoints and the warm-up's excess;
 * from traces (when given): ``compute_pct``, ``exposed_communication_pct`` and ``idle_pct`` of
-  the device span, averaged over the configuration's ranks.
+  the device span, averaged over the configuration's ranks (every rank of every job with a
+  matched trace, each rank's profiling windows summed first: :mod:`itwin_report.traces.match`).
 
 ``bound_by`` is decided in this order, each with the numbers that decide it in ``evidence``:
 ``a straggler`` (one named by traces or metrics), ``the input pipeline`` (the throughput
@@ -30,12 +31,75 @@ from itwin_report.data.rundata import EPOCH_TIME, RATE, RunData
 from itwin_report.report import specs
 from itwin_report.report.common import configurations, finish
 from itwin_report.report.rates import steady_rate_of
+from itwin_report.report.stragglers import COLUMNS as METRIC_STRAGGLER_COLUMNS
 
 OVERHEAD_SHARE = 0.25
 EXPOSED_SHARE = 0.20
 EFFICIENCY_FLOOR = 0.80
 COLUMNS = specs.TIME_BREAKDOWN.names
 nan = math.nan
+
+# the report's ``trace_ranks``: one row per job and rank with a matched trace (JSON key
+# ``trace_ranks``; the analyze-traces columns, the rank's windows summed)
+TRACE_RANK_COLUMNS = [
+    "strategy",
+    "workers",
+    "job_id",
+    "run_id",
+    "run_name",
+    "rank",
+    "world_size",
+    "device",
+    "windows",
+    "files",
+    "steps",
+    "span_s",
+    "compute_s",
+    "communication_s",
+    "memory_s",
+    "idle_s",
+    "exposed_communication_s",
+    "compute_pct",
+    "non_compute_pct",
+    "idle_pct",
+    "overlap_pct",
+    "compute_per_step_s",
+    "launch_lag_s",
+]
+# the report's ``stragglers``: one row per straggling rank (or node) of a job, every measure
+# that names it together; ``source``: "traces", "metrics" or both
+STRAGGLER_COLUMNS = [*METRIC_STRAGGLER_COLUMNS, "source"]
+
+
+def trace_ranks(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    """The per-rank trace rows as a frame with :data:`TRACE_RANK_COLUMNS`."""
+    return pd.DataFrame(rows, columns=TRACE_RANK_COLUMNS)
+
+
+def merged_stragglers(metrics: pd.DataFrame, traces: list[dict[str, Any]]) -> pd.DataFrame:
+    """Stragglers from traces and from metrics, one row per job and rank (or node): the
+    measures that name it joined, the traces' evidence first."""
+    rows = [{**r, "source": "traces"} for r in traces]
+    rows += [{**r, "source": "metrics"} for r in _records(metrics)]
+    merged: dict[tuple[Any, ...], tuple[dict[str, Any], dict[str, list[str]]]] = {}
+    joined = {"measure": ", ", "text": "; ", "source": ", "}
+    for row in rows:
+        ranks = tuple(int(r) for r in row["ranks"])
+        key = (row["strategy"], int(row["workers"]), str(row["job_id"]), ranks, row["scope"])
+        first, parts = merged.setdefault(key, ({c: row.get(c) for c in STRAGGLER_COLUMNS}, {}))
+        for column in joined:
+            seen = parts.setdefault(column, [])
+            if str(row[column]) not in seen:
+                seen.append(str(row[column]))
+    out = []
+    for key in sorted(merged):
+        first, parts = merged[key]
+        out.append({**first, **{c: sep.join(parts[c]) for c, sep in joined.items()}})
+    return pd.DataFrame(out, columns=STRAGGLER_COLUMNS)
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    return [{str(k): v for k, v in rec.items()} for rec in frame.to_dict("records")]
 
 
 def job_times(data: RunData) -> pd.DataFrame:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from math import nan
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -18,7 +19,7 @@ from itwin_report.analysis.scaling_models import (
 )
 from itwin_report.data.rundata import RunData
 from itwin_report.report.baseline import AUTO, BASELINES, Baseline
-from itwin_report.report.breakdown import time_breakdown
+from itwin_report.report.breakdown import merged_stragglers, time_breakdown, trace_ranks
 from itwin_report.report.common import normalized
 from itwin_report.report.computation import computation_table
 from itwin_report.report.cost import CostFactors, add_costs
@@ -33,6 +34,9 @@ from itwin_report.report.throughput import SOURCE_NAMES, throughput_table
 from itwin_report.util.errors import ReportError
 from itwin_report.util.notes import tagged
 from itwin_report.util.text import name_list
+
+if TYPE_CHECKING:
+    from itwin_report.traces.analyze import RunTraces
 
 __all__ = ["below_efficiency", "build_report"]
 
@@ -50,6 +54,7 @@ def build_report(
     costs: CostFactors | None = None,
     max_energy_per_speedup: float | None = None,
     deadline: tuple[float | None, int | None] | None = None,
+    traces: RunTraces | None = None,
 ) -> Report:
     """Aggregate ``data`` into a :class:`Report`; raises ``ReportError`` on bad options.
 
@@ -57,6 +62,9 @@ def build_report(
     ``single-gpu`` or ``per-strategy``. ``samples_per_epoch`` states the samples per epoch of
     every run for the epoch-time throughput. ``costs``: the cost factors (none assumed);
     ``max_energy_per_speedup`` sets the knee's threshold; ``deadline``: (hours, epochs).
+    ``traces``: profiler traces already read and matched to ``data``'s worker runs
+    (:func:`itwin_report.traces.analyze.run_traces`): their per-rank breakdown feeds the time
+    breakdown and the computation table, their stragglers join the metrics' ones.
     """
     if warmup_epochs < 0:
         raise ReportError(f"warm-up epochs must be >= 0, got {warmup_epochs}")
@@ -82,7 +90,8 @@ def build_report(
     if mode == "weak":
         epoch = weak_efficiency(epoch, data.runs)
     gpu, w_gpu = gpu_table(data)
-    comp, w_comp, no_gpu = computation_table(data)
+    ranks = trace_ranks(traces.ranks if traces is not None else [])
+    comp, w_comp, no_gpu = computation_table(data, ranks)
     thr, w_thr, thr_used = throughput_table(
         data, gpu, comp, warmup_epochs, throughput_source, baseline, samples_per_epoch, used
     )
@@ -92,7 +101,7 @@ def build_report(
     decision = decide_costs(epoch, gpu, runs, max_energy_per_speedup, hours, epochs)
     series, config, w_series = rate_series(data, rate_config)
     notes = _baseline_notes(used, thr_used, not thr.empty)
-    slow = metric_stragglers(data)
+    slow = merged_stragglers(metric_stragglers(data), traces.stragglers if traces else [])
     report = Report(
         experiment=data.experiment,
         tracking_uri=data.tracking_uri,
@@ -111,6 +120,7 @@ def build_report(
             *tagged(w_comp, "computation"),
             *tagged(w_thr, "throughput"),
             *tagged(w_series, "throughput"),
+            *tagged(traces.warnings if traces is not None else [], "time_breakdown"),
         ],
         baseline=used.to_dict(),
         reasons={} if no_gpu is None else {"computation": no_gpu},
@@ -118,8 +128,9 @@ def build_report(
         data=data,
         costs=costs,
         decision=decision,
-        time_breakdown=time_breakdown(data, thr, epoch, None, slow),
+        time_breakdown=time_breakdown(data, thr, epoch, ranks, slow),
         stragglers=slow,
+        trace_ranks=ranks,
     )
     if gate is not None:
         report.gate = evaluate(report, *gate)

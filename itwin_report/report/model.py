@@ -42,9 +42,13 @@ class Report:
     costs: CostFactors | None = None  # the cost factors given (None: the report predates them)
     decision: Decision | None = None  # the Pareto front, the knee and the recommendation
     # where the time goes per configuration, with its verdict (report/breakdown.py), and the
-    # ranks or nodes that lag the others in the metrics (report/stragglers.py)
+    # ranks or nodes that lag the others, in the traces or the metrics (one row per job and
+    # rank or node: report/breakdown.py's STRAGGLER_COLUMNS)
     time_breakdown: pd.DataFrame = field(default_factory=lambda: _empty("time_breakdown"))
     stragglers: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # one row per job and rank with a matched profiler trace (report/breakdown.py's
+    # TRACE_RANK_COLUMNS); empty without traces
+    trace_ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
     # the loaded data the report was built from (for the page's title block); not compared
     data: RunData | None = field(default=None, repr=False, compare=False)
 

@@ -328,6 +328,17 @@ COMPUTATION = TableSpec(
             percent_of_fraction,
             description="The rest of the profiled GPU time: 1 - computation - communication.",
         ),
+        Column(
+            "trace_compute_fraction",
+            "float64",
+            "Compute (traces)",
+            percent_of_fraction,
+            optional=True,
+            description="From traces, where the configuration has them: share of the device "
+            "span with a compute kernel running, overlapped communication counted once (the "
+            "ranks' mean). The three fractions before it sum the profiler averages, which count "
+            "communication that overlaps computation twice and so understate computation.",
+        ),
     ),
 )
 

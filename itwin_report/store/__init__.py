@@ -10,7 +10,8 @@ Light on import: the readers (pandas, sqlite, MLflow) are imported inside :func:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ from itwin_report.util.errors import ReportError
 
 if TYPE_CHECKING:
     from itwin_report.data.rundata import RunData
+    from itwin_report.store.trace_artifacts import Found
 
 __all__ = [
     "DEFAULT_TRACKING_URI",
@@ -38,6 +40,7 @@ __all__ = [
     "WORKERS_PARAM",
     "check_outputs",
     "load_experiment",
+    "logged_traces",
     "mask_uri",
     "resolve_tracking_uri",
 ]
@@ -246,3 +249,32 @@ def _canonical_params(params: Any, names_in_store: Mapping[str, str]) -> Any:
         for canonical, stored in names_in_store.items()
     ]
     return pd.concat(parts, ignore_index=True)
+
+
+@contextmanager
+def logged_traces(
+    tracking_uri: str, data: RunData, wanted: Callable[[str], bool]
+) -> Iterator[Found]:
+    """The profiler traces logged as artifacts of ``data``'s worker runs (files whose name
+    ``wanted`` accepts), as local files while the ``with`` block runs (a server's are
+    downloaded into a temporary folder, removed after).
+
+    The store is opened again for the runs' artifact locations (one query; the loaded data
+    keeps no artifact location). Raises what :func:`load_experiment` raises for a store or
+    experiment that cannot be read; a run whose artifacts cannot be listed is a warning.
+    """
+    from itwin_report.store.trace_artifacts import trace_artifacts
+    from itwin_report.store.tree import choose_experiment
+
+    reader = _open_reader(tracking_uri)
+    try:
+        exp_id = choose_experiment(reader.experiments(), data.experiment)
+        runs, _ = reader.runs(exp_id, [STRATEGY_PARAM])
+        mine = runs[runs["run_id"].isin(set(data.runs["run_id"]))]
+        ids, roots = mine["run_id"].astype(str), mine["artifact_uri"].astype(str)
+        pairs = list(zip(ids, roots, strict=True))
+        remote = hasattr(reader, "remote_artifact")
+        with trace_artifacts(getattr(reader, "uri", tracking_uri), pairs, remote, wanted) as out:
+            yield out
+    finally:
+        reader.close()

@@ -58,11 +58,10 @@ class RankTimeline:
     launch_lag_s: float  # mean delay from a step's start to its first collective launch
     start_ns: float  # wall-clock start of the trace (baseTimeNanoseconds), NaN when absent
     notes: list[str] = field(default_factory=list)
-    # wall clock (ns since the epoch) of the first event's start and the last event's end, NaN
-    # when the trace does not say; set by the reader's caller (traces/analyze.py), which has the
-    # raw events, for matching a trace to the MLflow run it was recorded in
+    # wall clock (ns since the epoch) of the first event's start, NaN when the trace does not
+    # say; set by the reader's caller (traces/analyze.py), which has the raw events, for
+    # matching a trace to the MLflow run it was recorded in
     first_ns: float = float("nan")
-    last_ns: float = float("nan")
 
     def row(self) -> dict[str, object]:
         """The JSON row of ``analyze-traces``."""
