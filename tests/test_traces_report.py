@@ -258,7 +258,9 @@ def test_report_with_traces_worked_out_by_hand(tmp_path: Path) -> None:
     assert "Compute  Exposed comm    Idle" in table
     row = next(line for line in table.splitlines() if line.startswith("torch-ddp        4"))
     assert row.split()[-7:] == ["64.0", "%", "10.7", "%", "20.0", "%", "computation"]
-    assert "- straggler in deepspeed-8: rank 5 (node1): compute per step 1.20×" in table
+    assert (
+        f"- straggler in deepspeed-8 (job {ds8.top[:8]}): rank 5 (node1): compute per step 1.20×"
+    ) in table
     computation = out[out.index("Computation vs other") : out.index("Throughput")]
     assert "Compute (traces)" in computation and "64.0 %" in computation
     assert "Compute (traces) is the share of the device span with a compute kernel" in computation
@@ -306,3 +308,7 @@ def test_emulated_traces_give_the_truths_verdicts(tmp_path: Path) -> None:
     }
     assert got == expected
     assert expected[("torch-ddp", 16)] == "a straggler"  # the truth names what was planted
+    # both repeats of torch-ddp-16 name rank 9 with the same (noise-free) evidence: one line
+    code, out, _ = _report(uri, "--traces", str(traces))
+    assert code == 0 and out.count("- straggler in torch-ddp-16") == 1
+    assert "- straggler in torch-ddp-16 (2 jobs): rank 9: compute per step 1.20× the median" in out

@@ -143,12 +143,25 @@ def bound_lines(report: Report) -> list[str]:
         lines.append(
             shown_line(f"{name}-{int(rec['workers'])}: {rec['bound_by']} ({rec['evidence']})")
         )
-    slow = getattr(report, "stragglers", None)
-    if slow is not None and len(slow):
-        for rec in slow.to_dict("records"):
-            name = f"{shown(str(rec['strategy']))}-{int(rec['workers'])}"
-            lines.append(shown_line(f"straggler in {name}: {rec['text']}"))
+    lines += [shown_line(f"straggler in {line}") for line in straggler_lines(report)]
     return lines
+
+
+def straggler_lines(report: Report) -> list[str]:
+    """``torch-ddp-16 (job 4b9134de): rank 9: …`` per straggler; the same evidence in several
+    jobs of one configuration (repeats) once, with the count: ``torch-ddp-16 (2 jobs): …``."""
+    slow = getattr(report, "stragglers", None)
+    if slow is None or not len(slow):
+        return []
+    jobs: dict[tuple[str, int, str], list[str]] = {}
+    for rec in slow.to_dict("records"):
+        key = (str(rec["strategy"]), int(rec["workers"]), str(rec["text"]))
+        jobs.setdefault(key, []).append(str(rec["job_id"]))
+    out = []
+    for (strategy, workers, text), ids in jobs.items():
+        which = f"{len(ids)} jobs" if len(ids) > 1 else f"job {ids[0][:8]}"
+        out.append(f"{shown(strategy)}-{workers} ({which}): {text}")
+    return out
 
 
 def computation_lines(report: Report) -> list[str]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from itwin_report.render.layout import VERDICT_WORDS, warmup_line
+from itwin_report.render.layout import VERDICT_WORDS, straggler_lines, warmup_line
 from itwin_report.report.columns import base_of
 from itwin_report.report.specs import SPECS
 
@@ -197,9 +197,8 @@ def bound_sentences(report: Report) -> list[str]:
         return []
     parts = [f"by {verdict}: {', '.join(names)}" for verdict, names in groups.items()]
     out = [f"Bound {'; '.join(parts)}."]
-    slow = getattr(report, "stragglers", None)
-    if slow is not None and len(slow):
-        named = [f"{r['strategy']}-{int(r['workers'])}: {r['text']}" for r in _records(slow)]
+    named = straggler_lines(report)
+    if named:
         out.append(f"Stragglers: {'; '.join(named)}.")
     return out
 
