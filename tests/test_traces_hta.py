@@ -14,6 +14,7 @@ hand-written sets are also checked against numbers worked out by hand, in the de
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
@@ -103,8 +104,6 @@ def _ours(folders: list[Path]) -> dict[str, dict[int, dict[str, Any]]]:
 
 
 def _write(folder: Path, rank: int, doc: dict[str, Any], gz: bool = False) -> Path:
-    import gzip
-
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"worker_{rank}.1.pt.trace.json"
     text = json.dumps(doc)
@@ -333,3 +332,71 @@ def test_breakdown_and_overlap_agree_with_hta(trace_sets: list[Path]) -> None:
                 assert abs(mine - reference) <= TOLERANCE, where
                 worst[metric] = max(worst[metric], abs(mine - reference))
     print("largest difference from HTA, percentage points:", worst)
+
+
+LAYOUTS = {  # how a trace's text may be laid out: PyTorch's, json.dump's, Windows line ends
+    "one-line": lambda doc: json.dumps(doc),
+    "indented": lambda doc: json.dumps(doc, indent=2),
+    "pytorch": lambda doc: _pytorch_layout(doc),
+    "crlf": lambda doc: _pytorch_layout(doc).replace("\n", "\r\n"),
+    "a-line-each": lambda doc: (
+        json.dumps({k: v for k, v in doc.items() if k != "traceEvents"})[:-1]
+        + ', "traceEvents": ['
+        + ",\n".join(json.dumps(e) for e in doc["traceEvents"])
+        + "]}"
+    ),
+}
+
+
+def _pytorch_layout(doc: dict[str, Any]) -> str:
+    head = {k: v for k, v in doc.items() if k != "traceEvents"}
+    body = ",\n".join(
+        "  " + json.dumps(e, indent=2).replace("\n", "\n  ") for e in doc["traceEvents"]
+    )
+    return json.dumps(head)[:-1] + ', "traceEvents": [\n' + body + '\n  ],"traceName": "w" }'
+
+
+def _odd_values() -> dict[str, Any]:
+    doc = _doc(_window_and_rounding())
+    events = doc["traceEvents"]
+    events[5]["name"] = 'a "quoted" \\ name, é, ProfilerStep'
+    events[6]["args"] = None
+    events[7].pop("args")
+    events[8]["args"]["nested"] = [{"a": 1}, {"b": [1, 2]}]
+    return doc
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_piecewise_and_streaming_reads_keep_the_same(tmp_path: Path, layout: str) -> None:
+    """The fast read (pieces through pyarrow) keeps exactly what the streaming read (ijson)
+    keeps, or declines and leaves the file to it (all events on one line)."""
+    from itwin_report.traces import reader
+
+    docs = {name: _doc(events()) for name, events in HAND_SETS.items()}
+    docs["gpu"] = kineto.document(kineto.RankSpec(steps=4))
+    docs["cpu"] = kineto.document(kineto.RankSpec(steps=4, device="cpu"))
+    docs["odd"] = _odd_values()
+    nan = _doc(_one_step())
+    nan["traceEvents"][2]["name"] = "NaN loss"
+    docs["nan"] = nan
+    keys = [k for k in vars(reader._Columns()) if k[:2] in ("k_", "h_", "s_", "o_")]
+    for name, doc in docs.items():
+        for gz in (False, True):
+            path = tmp_path / f"{name}.pt.trace.json{'.gz' if gz else ''}"
+            text = LAYOUTS[layout](doc).encode()
+            path.write_bytes(gzip.compress(text) if gz else text)
+            with reader._open(path) as fh:
+                slow, slow_edges = reader._Columns(), reader._Edges()
+                slow_read = reader._read_streaming(path, fh, slow, slow_edges)
+            with reader._open(path) as fh:
+                fast, fast_edges = reader._Columns(), reader._Edges()
+                fast_read = reader._read_pieces(fh, fast, fast_edges)
+            declines = layout == "one-line"
+            assert (fast_read is None) == declines, (name, gz)
+            if declines:
+                continue
+            assert fast_read == slow_read == len(text)
+            for key in keys:
+                assert bytes(getattr(fast, key)) == bytes(getattr(slow, key)), (name, key)
+            assert (fast.events, fast.whole_ts) == (slow.events, slow.whole_ts)
+            assert fast_edges.meta() == slow_edges.meta()
