@@ -318,6 +318,11 @@ def test_time_windows_tolerance_open_ends_and_ambiguity() -> None:
     assert warning == (
         "t0@6000: its time (1970-01-01 00:00:06 UTC) lies outside every worker run of run 'x'"
     )
+    # a rank with a worker run of its own is held by that run's window, not the job's
+    own = _runs(
+        ("a", "x", 4, [(0, 1_000, 2_000), (1, 3_000, 4_000)]), ("b", "x", 4, [(0, 3_000, 4_000)])
+    )
+    assert [m.job_id for m in match_traces(own, [_trace(0, 3_500)]).matched] == ["b"]
     both = _runs(("a", "x", 4, [(0, 1_000, 5_000)]), ("b", "x", 4, [(0, 2_000, 6_000)]))
     (warning,) = match_traces(both, [_trace(0, 3_000)]).warnings
     assert warning == "t0@3000: its time lies in 2 jobs of run 'x' (a; b): ambiguous"
