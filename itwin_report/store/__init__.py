@@ -270,7 +270,7 @@ def logged_traces(
     try:
         exp_id = choose_experiment(reader.experiments(), data.experiment)
         runs, _ = reader.runs(exp_id, [STRATEGY_PARAM])
-        mine = runs[runs["run_id"].isin(set(data.runs["run_id"]))]
+        mine = _may_hold_artifacts(runs[runs["run_id"].isin(set(data.runs["run_id"]))])
         ids, roots = mine["run_id"].astype(str), mine["artifact_uri"].astype(str)
         pairs = list(zip(ids, roots, strict=True))
         remote = hasattr(reader, "remote_artifact")
