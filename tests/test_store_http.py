@@ -26,6 +26,13 @@ MID_RUNS, MID_POINTS = 40, 700  # 40 x 700 = 28,000 points: a batch that must be
 N_BULK = 150  # more runs than the 100 a bulk request may name
 
 
+@pytest.fixture(autouse=True)
+def patient_requests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The test server has one worker and the machine may be busy: a request that timed out
+    would be asked again and change the counts these tests assert."""
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "120")
+
+
 @pytest.fixture(scope="module")
 def http_scaling(mlflow_server: tuple[str, str]) -> dict[str, Any]:
     url, _ = mlflow_server
@@ -214,3 +221,26 @@ def test_a_token_in_the_query_reads_the_store_and_is_never_shown(
     assert len(data.metrics) == len(direct.metrics)
     assert secret not in data.tracking_uri and secret not in " ".join(data.warnings)
     assert "MLFLOW_TRACKING_TOKEN" not in os.environ  # given back when the reader closed
+
+
+def test_artifact_folders_are_listed_in_one_request_each(
+    mlflow_server: tuple[str, str], http_scaling: dict
+) -> None:
+    url, _ = mlflow_server
+    ddp4 = http_scaling["jobs"][0][2][0]  # the worker run that logged the profile
+    reader = api_reader.ApiReader(url)
+    try:
+        runs, _ = reader.runs(http_scaling["experiment_id"], [])
+        root = runs.set_index("run_id").loc[ddp4, "artifact_uri"]
+        before = reader.requests.get(rest.ARTIFACTS_PATH, 0)
+        top = reader.list_artifacts(root)
+        inside = reader.list_artifacts(root, "torch_profiling_averages/")
+        nothing = reader.list_artifacts(root, "no-such-folder")
+        listings = reader.requests[rest.ARTIFACTS_PATH] - before
+        elsewhere = reader.list_artifacts("s3://bucket/1/run/artifacts")
+    finally:
+        reader.close()
+    assert top == [("torch_profiling_averages", True)]
+    assert inside == [("torch_profiling_averages/torch_profiling_averages.csv", False)]
+    assert nothing == [] and elsewhere is None
+    assert listings == 3

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import numpy as np
 import pandas as pd
@@ -329,14 +330,30 @@ class ApiReader:
             raise SkippedArtifact(f"more than the {MAX_ARTIFACT_BYTES:,}-byte cap")
         return bytes(data)
 
+    def list_artifacts(self, artifact_uri: str, folder: str = "") -> list[tuple[str, bool]] | None:
+        """``(path under artifact_uri, is a folder)`` of what ``folder`` holds, in one request.
+
+        None when the artifacts are not behind this server's proxy; an empty list when the
+        folder does not exist.
+        """
+        proxied = proxied_path(artifact_uri, folder) if self.http is not None else None
+        if proxied is None:
+            return None
+        inside = folder.strip("/")
+        return [
+            ("/".join(p for p in (inside, name) if p), is_dir)
+            for name, is_dir in self._listing(proxied, f"list {inside or 'artifacts'}")
+        ]
+
     def _listed(self, proxied: str) -> bool:
         """Whether the server's listing of the artifact's folder names it."""
-        assert self.http is not None
-        from urllib.parse import unquote
+        folder, _, name = proxied.rpartition("/")
+        return any(n == unquote(name) for n, _ in self._listing(folder, "list artifacts"))
 
-        location = unquote(proxied.removeprefix(ARTIFACTS_PATH + "/"))
-        folder, _, name = location.rpartition("/")
-        listing = self.http.get(ARTIFACTS_PATH, {"path": folder}, f"list {folder}")
-        return any(
-            str(f.get("path", "")).rpartition("/")[2] == name for f in listing.get("files") or []
-        )
+    def _listing(self, proxied: str, what: str) -> list[tuple[str, bool]]:
+        """(name, is a folder) of the entries of the proxied folder ``proxied``."""
+        assert self.http is not None
+        location = unquote(proxied.removeprefix(ARTIFACTS_PATH).lstrip("/"))
+        listing = self.http.get(ARTIFACTS_PATH, {"path": location}, what)
+        entries = ((str(f.get("path", "")), f.get("is_dir")) for f in listing.get("files") or [])
+        return [(path.rpartition("/")[2], bool(is_dir)) for path, is_dir in entries if path]
