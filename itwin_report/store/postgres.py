@@ -63,8 +63,9 @@ def read_points(uri: str, experiment_id: Any, parts: PointParts, has_is_nan: boo
         codes = pc.fill_null(pc.index_in(run, value_set=ids), -1).to_numpy(zero_copy_only=False)
         values = value.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         values = np.where(is_nan.to_numpy() != 0, np.nan, values)
-        steps = step.to_numpy().astype(np.int64, copy=False)
-        stamps = stamp.to_numpy().astype(np.int64, copy=False)
+        # copies: a view would keep the driver's whole batch (run ids and all) alive
+        steps = np.array(step.to_numpy(), dtype=np.int64)
+        stamps = np.array(stamp.to_numpy(), dtype=np.int64)
         parts.add(codes, key, values, steps, stamps, np.zeros(len(codes), dtype=bool))
 
     queries: Sequence[tuple[Any, str, Sequence[Any]]] = [
