@@ -15,7 +15,7 @@ and any worker, from ``wait4``). Printed: both, the ratio (goal: ours at least 5
 peak as a multiple of the largest trace (goal: at most 3×) and the largest difference between
 the two tools' percentages. Results go to ``bench/out/traces.json``.
 
-    .venv/bin/python bench/bench_traces.py            # 2 ranks of about 100 MB
+    .venv/bin/python bench/bench_traces.py            # 2 ranks of about 200 MB
     HTA_PYTHON=.venv-hta/bin/python BENCH_TRACE_MB=50 BENCH_TRACE_RANKS=4 \
         .venv/bin/python bench/bench_traces.py
 """
@@ -34,7 +34,7 @@ from typing import Any
 
 OUT = Path(__file__).resolve().parent / "out"
 BIN = Path(sys.executable).parent
-MB = float(os.environ.get("BENCH_TRACE_MB", "100"))
+MB = float(os.environ.get("BENCH_TRACE_MB", "200"))
 RANKS = int(os.environ.get("BENCH_TRACE_RANKS", "2"))
 STEPS = int(os.environ.get("BENCH_TRACE_STEPS", "8"))  # profiler steps per trace
 REPEAT = int(os.environ.get("BENCH_TRACE_REPEAT", "3"))

@@ -240,7 +240,7 @@ class _Columns:
         ``sep``), parsed by pyarrow; False, and nothing kept, when pyarrow cannot read it all."""
         import pyarrow as pa
 
-        text = piece.replace(sep, b"}" + sep[2:]) + b"\n"  # the commas between events out
+        text = piece.replace(sep, b"}" + sep[2:])  # the commas between events out
         try:
             table = _arrow_events(text)
         except (pa.ArrowException, ValueError):
