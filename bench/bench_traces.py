@@ -83,15 +83,15 @@ def kineto_text(event: dict[str, Any]) -> str:
 
 def realistic(event: dict[str, Any], step: int, group: int, spec: Any) -> list[dict[str, Any]]:
     """An emulated event as it would be in a real trace: the emulator's steps grouped into one
-    ``ProfilerStep``; the device-side annotation without a stream (as Kineto writes it); each
-    launch inside the ``cpu_op`` that made it, with a flow start; kernels with their arguments."""
+    ``ProfilerStep`` (host and device side); each launch inside the ``cpu_op`` that made it,
+    with a flow start; kernels with their arguments."""
     name, cat, args = str(event.get("name")), event.get("cat"), event.get("args", {})
     if "ProfilerStep" in name:
         if step % group:
             return []
         n = step // group + 1
         dur = min(group, spec.steps - step) * spec.step_us
-        return [{**event, "name": f"ProfilerStep#{n}", "dur": dur, "args": {"External id": n}}]
+        return [{**event, "name": f"ProfilerStep#{n}", "dur": dur}]
     if cat == "cuda_runtime":
         corr = args["correlation"]
         op = "aten::copy_" if name == "cudaMemcpyAsync" else "aten::addmm"

@@ -87,7 +87,7 @@ HAND_EVENTS = [
         "tid": 7,
         "ts": 0,
         "dur": 300,
-        "args": {"device": 0, "stream": 7},
+        "args": {"External id": 1},  # as Kineto writes it: no stream
     },
     {"ph": "f", "id": 2, "pid": 0, "tid": 20, "ts": 25, "cat": "ac2g", "name": "ac2g"},
 ]
@@ -181,8 +181,15 @@ def test_emulated_ranks_match_the_emulators_arithmetic(tmp_path: Path, device: s
     for key, value in truth.items():
         if key != "steps":
             assert row[key] == pytest.approx(value, abs=0.005 if key.endswith("pct") else 1e-9)
-    # by hand: 5 steps of 10 ms, each busy 0.5 + 6 + (2 - 0.7) = 7.8 ms
-    assert row["span_s"] == pytest.approx(4 * 0.010 + 0.0078)
+    if device == "gpu":
+        # by hand: 5 steps of 10 ms, each busy 0.5 + 6 + (2 - 0.7) = 7.8 ms, and the last
+        # step's 0.5 ms copy, launched 40 µs before the device-side ProfilerStep#6 starts
+        assert row["span_s"] == pytest.approx(5 * 0.010 + 0.0005)
+        assert row["memory_s"] == pytest.approx(6 * 0.0005)
+        assert row["idle_s"] == pytest.approx(5 * (0.010 - 0.0078))
+    else:  # no device-side annotation: the last step starts at the host's, before its copy
+        assert row["span_s"] == pytest.approx(4 * 0.010 + 0.0078)
+        assert row["memory_s"] == pytest.approx(5 * 0.0005)
     assert row["overlap_pct"] == 35.0
 
 

@@ -115,19 +115,9 @@ def _write(folder: Path, rank: int, doc: dict[str, Any], gz: bool = False) -> Pa
     return path
 
 
-def _as_kineto_writes_it(event: dict[str, Any]) -> dict[str, Any]:
-    """Kineto writes the device-side step annotation with its ``External id`` only (no stream,
-    no device); the emulator gives it a stream, which HTA 0.5 would take for a kernel."""
-    if event.get("cat") == "gpu_user_annotation":
-        return {**event, "args": {"External id": 1}}
-    return event
-
-
 def _emulated(folder: Path, specs: list[kineto.RankSpec]) -> None:
     for spec in specs:
-        doc = kineto.document(spec)
-        doc["traceEvents"] = [_as_kineto_writes_it(e) for e in doc["traceEvents"]]
-        _write(folder, spec.rank, doc, gz=spec.rank % 2 == 1)
+        _write(folder, spec.rank, kineto.document(spec), gz=spec.rank % 2 == 1)
 
 
 def _host(name: str, ts: float, dur: float, corr: int | None = None, cat: str = "cuda_runtime"):
@@ -294,18 +284,57 @@ def test_hand_written_sets_break_down_as_worked_out(tmp_path: Path, name: str) -
     assert row["overlap_pct"] == round(100 * OVERLAP[name] / comm, 2)
 
 
+EMULATED_SETS = {
+    "ddp-slow-rank": kineto.job(4, slow_rank=2, steps=8),
+    "no-overlap": kineto.job(2, steps=6, overlap_us=0.0, step_us=12_000.0),
+    "hidden": kineto.job(2, steps=6, overlap_us=2_500.0, comm_us=2_000.0, copy_us=900.0),
+    "busy": kineto.job(3, steps=5, step_us=9_000.0, compute_us=7_000.0, comm_us=1_600.0),
+    # a step shorter than the host's lead: the last step's copy, three of its four kernels and
+    # its all-reduce are launched before its device-side annotation starts, so they count
+    "short-copy": kineto.job(
+        2, steps=5, step_us=400.0, copy_us=10.0, compute_us=40.0, comm_us=30.0, overlap_us=25.0
+    ),
+}
+
+
+def test_emulated_sets_break_down_as_their_truth(tmp_path: Path) -> None:
+    from itwin_report.traces.analyze import analyze_traces
+
+    for name, specs in EMULATED_SETS.items():
+        _emulated(tmp_path / name, specs)
+        rows = {r.rank: r.row() for r in analyze_traces([tmp_path / name]).ranks}
+        for spec in specs:
+            for key, value in kineto.truth(spec).items():
+                got = rows[spec.rank][key]
+                where = f"{name} rank {spec.rank} {key}"
+                if key.endswith("pct"):
+                    assert got == pytest.approx(round(value, 2), abs=1e-9), where
+                else:
+                    assert got == pytest.approx(value, abs=1e-12), where
+
+
+def test_a_short_step_is_worked_out_by_hand() -> None:
+    """The short-copy set by hand (µs): 4 steps of 400 analysed, each busy 10 + 40 + 5 = 55;
+    of the last step (at 1600) the kernels starting before 40 count: the copy [0, 10], compute
+    [10, 40] (three of the four 10-µs kernels), the all-reduce [25, 55] (15 of it under that
+    compute): span 1600 + 55, compute 4 x 40 + 30, communication 5 x 30, overlap 4 x 25 + 15."""
+    truth = kineto.truth(EMULATED_SETS["short-copy"][0])
+    assert truth["steps"] == 4
+    assert truth["span_s"] == pytest.approx(1655e-6)
+    assert truth["compute_s"] == pytest.approx(190e-6)
+    assert truth["communication_s"] == pytest.approx(150e-6)
+    assert truth["memory_s"] == pytest.approx(50e-6)
+    assert truth["idle_s"] == pytest.approx(4 * (400 - 55) * 1e-6)
+    assert truth["exposed_communication_s"] == pytest.approx((150 - 115) * 1e-6)
+    assert truth["overlap_pct"] == pytest.approx(100 * 115 / 150)
+
+
 @pytest.fixture(scope="module")
 def trace_sets(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     _hta_python()
     root = tmp_path_factory.mktemp("hta")
-    sets = {
-        "ddp-slow-rank": kineto.job(4, slow_rank=2, steps=8),
-        "no-overlap": kineto.job(2, steps=6, overlap_us=0.0, step_us=12_000.0),
-        "hidden": kineto.job(2, steps=6, overlap_us=2_500.0, comm_us=2_000.0, copy_us=900.0),
-        "busy": kineto.job(3, steps=5, step_us=9_000.0, compute_us=7_000.0, comm_us=1_600.0),
-    }
     folders = []
-    for name, specs in sets.items():
+    for name, specs in EMULATED_SETS.items():
         _emulated(root / name, specs)
         folders.append(root / name)
     for name, events in HAND_SETS.items():
@@ -314,9 +343,16 @@ def trace_sets(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return folders
 
 
+@pytest.fixture(scope="module")
+def hta_results(trace_sets: list[Path]) -> dict[str, dict[int, dict[str, float | None]]]:
+    return _hta(trace_sets)
+
+
 @pytest.mark.hta
-def test_breakdown_and_overlap_agree_with_hta(trace_sets: list[Path]) -> None:
-    theirs, ours = _hta(trace_sets), _ours(trace_sets)
+def test_breakdown_and_overlap_agree_with_hta(
+    trace_sets: list[Path], hta_results: dict[str, dict[int, dict[str, float | None]]]
+) -> None:
+    theirs, ours = hta_results, _ours(trace_sets)
     worst = dict.fromkeys(METRICS, 0.0)
     for folder in map(str, trace_sets):
         assert sorted(ours[folder]) == sorted(theirs[folder]), folder
@@ -332,6 +368,27 @@ def test_breakdown_and_overlap_agree_with_hta(trace_sets: list[Path]) -> None:
                 assert abs(mine - reference) <= TOLERANCE, where
                 worst[metric] = max(worst[metric], abs(mine - reference))
     print("largest difference from HTA, percentage points:", worst)
+
+
+@pytest.mark.hta
+def test_the_emulators_truth_is_what_hta_finds(
+    hta_results: dict[str, dict[int, dict[str, float | None]]],
+) -> None:
+    """kineto.truth states what HTA itself finds on the emulated traces (to its rounding)."""
+    for folder, ranks in hta_results.items():
+        if Path(folder).name not in EMULATED_SETS:
+            continue
+        specs = {s.rank: s for s in EMULATED_SETS[Path(folder).name]}
+        assert sorted(ranks) == sorted(specs), folder
+        for rank, hta_row in ranks.items():
+            truth = kineto.truth(specs[rank])
+            for metric in METRICS:
+                where = f"{Path(folder).name} rank {rank} {metric}"
+                reference = hta_row[metric]
+                if truth[metric] != truth[metric]:
+                    assert reference is None or math.isnan(reference), where
+                else:
+                    assert reference == pytest.approx(truth[metric], abs=0.005), where
 
 
 LAYOUTS = {  # how a trace's text may be laid out: PyTorch's, json.dump's, Windows line ends

@@ -192,8 +192,9 @@ def test_report_with_traces_worked_out_by_hand(tmp_path: Path) -> None:
     ds8 = Job("ds-8", 8, T0 + 200 * S, T0 + 260 * S, strategy="deepspeed", logged=tuple(range(8)))
     write_store(uri, [ddp4, ddp8, ds8])
     root = tmp_path / "traces"
-    # RankSpec's defaults: 5 steps of 10 ms (the last left out: 4 analysed); a step is a 0.5 ms
-    # copy, 6 ms of compute, a 2 ms all-reduce starting 1 ms before the compute ends
+    # RankSpec's defaults: 5 steps of 10 ms (the last left out: 4 analysed, and the last step's
+    # copy, launched before its device-side annotation starts); a step is a 0.5 ms copy, 6 ms of
+    # compute, a 2 ms all-reduce starting 1 ms before the compute ends
     write_traces(root, ddp4)
     # 8 identical ranks, a 4 ms all-reduce: 3 ms of it exposed per step
     write_traces(root, ddp8, kineto.job(8, comm_us=4_000.0), gz=True)
@@ -203,29 +204,29 @@ def test_report_with_traces_worked_out_by_hand(tmp_path: Path) -> None:
     assert (code, err) == (0, "")
     body = json.loads(out)
     rows = {(r["strategy"], r["workers"]): r for r in body["time_breakdown"]}
-    # ddp-4, each rank: span 3 x 10 ms + (0.5 + 6 + 1) ms = 37.5 ms; compute 4 x 6 = 24 ms;
-    # exposed 4 x 1 = 4 ms; idle 37.5 - 4 x 7.5 = 7.5 ms
+    # ddp-4, each rank: span 4 x 10 ms + 0.5 ms = 40.5 ms; compute 4 x 6 = 24 ms; exposed
+    # 4 x 1 = 4 ms; idle 40.5 - 4 x 7.5 - 0.5 = 10 ms (HTA rounds each rank's percentages)
     four = rows[("torch-ddp", 4)]
-    assert four["compute_pct"] == pytest.approx(100 * 24 / 37.5)  # 64.0 %
-    assert four["exposed_communication_pct"] == pytest.approx(100 * 4 / 37.5)  # 10.7 %
-    assert four["idle_pct"] == pytest.approx(100 * 7.5 / 37.5)  # 20.0 %
+    assert four["compute_pct"] == pytest.approx(round(100 * 24 / 40.5, 2))  # 59.26 %
+    assert four["exposed_communication_pct"] == pytest.approx(100 * 4 / 40.5)  # 9.9 %
+    assert four["idle_pct"] == pytest.approx(round(100 * 10 / 40.5, 2))  # 24.69 %
     assert four["bound_by"] == "computation"
     assert four["evidence"] == (
-        "compute is 64.0 % of the device time, exposed communication 10.7 %, idle 20.0 %"
+        "compute is 59.3 % of the device time, exposed communication 9.9 %, idle 24.7 %"
     )
-    # ddp-8: busy 0.5 + 6 + 3 = 9.5 ms a step; span 30 + 9.5 = 39.5 ms; exposed 4 x 3 = 12 ms;
-    # idle 39.5 - 4 x 9.5 = 1.5 ms; compute 24 ms (HTA rounds each rank's percentages)
+    # ddp-8: busy 0.5 + 6 + 3 = 9.5 ms a step; span 40 + 0.5 = 40.5 ms; exposed 4 x 3 = 12 ms;
+    # idle 40.5 - 4 x 9.5 - 0.5 = 2 ms; compute 24 ms
     eight = rows[("torch-ddp", 8)]
-    assert eight["compute_pct"] == pytest.approx(round(100 * 24 / 39.5, 2))  # 60.76 %
-    assert eight["exposed_communication_pct"] == pytest.approx(100 * 12 / 39.5)  # 30.4 %
-    assert eight["idle_pct"] == pytest.approx(round(100 * 1.5 / 39.5, 2))  # 3.80 %
+    assert eight["compute_pct"] == pytest.approx(round(100 * 24 / 40.5, 2))  # 59.26 %
+    assert eight["exposed_communication_pct"] == pytest.approx(100 * 12 / 40.5)  # 29.6 %
+    assert eight["idle_pct"] == pytest.approx(round(100 * 2 / 40.5, 2))  # 4.94 %
     assert eight["bound_by"] == "communication"
     # deepspeed-8: every rank busy 8.7 ms a step (rank 5: 0.5 + 7.2 + 1; the others 0.5 + 6 +
-    # 2.2), span 30 + 8.7 = 38.7 ms; compute 28.8 ms on rank 5, 24 ms on the others
+    # 2.2), span 40 + 0.5 = 40.5 ms; compute 28.8 ms on rank 5, 24 ms on the others
     ds = rows[("deepspeed", 8)]
-    mean_compute = (round(100 * 28.8 / 38.7, 2) + 7 * round(100 * 24 / 38.7, 2)) / 8
-    assert ds["compute_pct"] == pytest.approx(mean_compute)  # 63.57 %
-    assert ds["exposed_communication_pct"] == pytest.approx(100 * (4 + 7 * 8.8) / 8 / 38.7)
+    mean_compute = (round(100 * 28.8 / 40.5, 2) + 7 * round(100 * 24 / 40.5, 2)) / 8
+    assert ds["compute_pct"] == pytest.approx(mean_compute)  # 60.74 %
+    assert ds["exposed_communication_pct"] == pytest.approx(100 * (4 + 7 * 8.8) / 8 / 40.5)
     assert ds["bound_by"] == "a straggler"
     assert ds["evidence"].startswith(
         "rank 5 (node1): compute per step 1.20× the median of 8 ranks (0.0072 s vs 0.006 s)"
@@ -244,25 +245,25 @@ def test_report_with_traces_worked_out_by_hand(tmp_path: Path) -> None:
     assert len(body["trace_ranks"]) == 20
     first = {(r["strategy"], r["workers"]): r for r in body["trace_ranks"] if r["rank"] == 0}
     assert {k: r["compute_pct"] for k, r in first.items()} == {
-        ("torch-ddp", 4): 64.0,
-        ("torch-ddp", 8): 60.76,
-        ("deepspeed", 8): 62.02,  # 24 / 38.7
+        ("torch-ddp", 4): 59.26,
+        ("torch-ddp", 8): 59.26,
+        ("deepspeed", 8): 59.26,  # 24 / 40.5
     }
     assert [r["workers"] for r in body["trace_ranks"]] == [8] * 8 + [4] * 4 + [8] * 8
     comp = {(r["strategy"], r["workers"]): r for r in body["computation"]}
-    assert comp[("torch-ddp", 4)]["trace_compute_fraction"] == pytest.approx(0.64)
+    assert comp[("torch-ddp", 4)]["trace_compute_fraction"] == pytest.approx(0.5926)
     assert comp[("torch-ddp", 4)]["computation_fraction"] is None
     assert [w for w in body["warning_records"] if w["table"] == "time_breakdown"] == []
     code, out, _ = _report(uri, "-e", EXPERIMENT, "--traces", str(root))
     table = out[out.index("Where the time goes") :]
     assert "Compute  Exposed comm    Idle" in table
     row = next(line for line in table.splitlines() if line.startswith("torch-ddp        4"))
-    assert row.split()[-7:] == ["64.0", "%", "10.7", "%", "20.0", "%", "computation"]
+    assert row.split()[-7:] == ["59.3", "%", "9.9", "%", "24.7", "%", "computation"]
     assert (
         f"- straggler in deepspeed-8 (job {ds8.top[:8]}): rank 5 (node1): compute per step 1.20×"
     ) in table
     computation = out[out.index("Computation vs other") : out.index("Throughput")]
-    assert "Compute (traces)" in computation and "64.0 %" in computation
+    assert "Compute (traces)" in computation and "59.3 %" in computation
     assert "Compute (traces) is the share of the device span with a compute kernel" in computation
 
 

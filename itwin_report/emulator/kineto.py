@@ -3,14 +3,17 @@
 Each profiler step on a GPU rank runs, on the device: an input copy (``Memcpy HtoD``), a run of
 compute kernels back to back, then an NCCL all-reduce on its own stream that starts ``overlap``
 before the compute ends (DDP overlaps the gradient all-reduce with the backward pass), then
-nothing until the next step. The host side has a ``ProfilerStep#N`` annotation per step, one
-``cudaLaunchKernel`` / ``cudaMemcpyAsync`` per device event (linked by ``correlation``) and the
-events a real trace also carries and an analysis must ignore (a device-side step annotation,
-flow and metadata events). A CPU-only (gloo) rank has ``aten::`` operators on its main thread and
-``gloo:all_reduce`` on a second thread instead.
+nothing until the next step. The host side has a ``ProfilerStep#N`` annotation per step and one
+``cudaLaunchKernel`` / ``cudaMemcpyAsync`` per device event (linked by ``correlation``), each
+``HOST_LEAD_US`` before its event starts. As in a real trace, each step also has a device-side
+``ProfilerStep#N`` annotation (``gpu_user_annotation``, on the device's row, from the step's
+first device event to its end, with no ``stream`` in its arguments: an event with one is a
+kernel), and there are flow and metadata events an analysis must ignore. A CPU-only (gloo) rank
+has ``aten::`` operators on its main thread and ``gloo:all_reduce`` on a second thread instead.
 
 :func:`truth` works out, from the same numbers and by plain arithmetic, what an analysis
-following Holistic Trace Analysis's rules must find (the last step left out).
+following Holistic Trace Analysis's rules must find: the last step left out, except the device
+events launched before its device-side annotation starts (see :func:`truth`).
 """
 
 from __future__ import annotations
@@ -94,24 +97,24 @@ def step_events(spec: RankSpec, step: int) -> list[dict[str, Any]]:
                 "dur": spec.steps * spec.step_us,
             },
         ]
-    corr = 100 + step * 10
+    corr = 100 + step * 10  # the step's annotations' External id; its events' follow
     out: list[dict[str, Any]] = []
     t0 = BASE_US + step * spec.step_us
-    out.append(
-        _host(f"ProfilerStep#{step + 1}", "user_annotation", t0 - HOST_LEAD_US, spec.step_us)
-    )
+    name = f"ProfilerStep#{step + 1}"
+    step_args = {"External id": corr}
+    out.append(_host(name, "user_annotation", t0 - HOST_LEAD_US, spec.step_us, **step_args))
     if spec.device == "cpu":
         return out + _cpu_step(spec, t0)
     out.append(
         {
             "ph": "X",
             "cat": "gpu_user_annotation",
-            "name": f"ProfilerStep#{step + 1}",
+            "name": name,
             "pid": 0,
             "tid": COMPUTE_STREAM,
             "ts": t0,
             "dur": spec.step_us,
-            "args": {"device": 0, "stream": COMPUTE_STREAM},
+            "args": step_args,  # as Kineto writes it: no stream, no device
         }
     )
     kernels = [("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", t0, spec.copy_us, 7)]
@@ -248,15 +251,32 @@ def write(spec: RankSpec, folder: Path, gz: bool = False, stamp: int = 1) -> Pat
 
 
 def truth(spec: RankSpec) -> dict[str, float]:
-    """What the analysis must find for ``spec``, in seconds and percent (last step left out)."""
+    """What the analysis must find for ``spec``, in seconds and percent (steps that do not
+    overlap: ``copy + compute + max(comm - overlap, 0) <= step``).
+
+    With two steps or more, the steps but the last are analysed whole, and of the last one the
+    device events launched before it starts: HTA's last step starts at the latest
+    ``ProfilerStep`` annotation, which is the device-side one, at the step's first device
+    event; each event is launched ``HOST_LEAD_US`` before it starts, so the input copy counts,
+    and so do the kernels starting less than ``HOST_LEAD_US`` into the step (:func:`_head`).
+    A CPU rank has no device-side annotation: its last step starts at the host's, after which
+    every operator starts, so none of it counts. With one step the whole trace counts.
+    """
     k = spec.steps - 1 if spec.steps > 1 else 1
     overlap = min(spec.overlap_us, spec.comm_us)
     tail = max(spec.comm_us - spec.overlap_us, 0.0)
     busy_step = spec.copy_us + spec.compute_us + tail
-    span = (k - 1) * spec.step_us + busy_step
-    compute, comm, memory = k * spec.compute_us, k * spec.comm_us, k * spec.copy_us
-    idle = span - k * busy_step
-    exposed = comm - k * overlap
+    if spec.steps > 1 and spec.device == "gpu":
+        head = _head(spec)
+        span = k * spec.step_us + head.end
+    else:
+        head = _Head()
+        span = (k - 1) * spec.step_us + busy_step
+    compute = k * spec.compute_us + head.compute
+    comm = k * spec.comm_us + head.comm
+    memory = k * spec.copy_us + head.memory
+    idle = span - k * busy_step - head.end  # the head is busy from its start to its end
+    exposed = comm - k * overlap - head.overlap
     return {
         "steps": k,
         "span_s": span / 1e6,
@@ -268,5 +288,35 @@ def truth(spec: RankSpec) -> dict[str, float]:
         "compute_pct": 100 * compute / span,
         "idle_pct": 100 * idle / span,
         "non_compute_pct": 100 * (span - compute - idle) / span,
-        "overlap_pct": 100 * overlap / spec.comm_us if spec.comm_us else float("nan"),
+        "overlap_pct": 100 * (comm - exposed) / comm if comm else float("nan"),
     }
+
+
+@dataclass(frozen=True)
+class _Head:
+    """The part of the last step an analysis counts, in µs from the step's start: busy from
+    the start to ``end``."""
+
+    end: float = 0.0
+    compute: float = 0.0
+    comm: float = 0.0
+    memory: float = 0.0
+    overlap: float = 0.0  # communication under compute
+
+
+def _head(spec: RankSpec) -> _Head:
+    """The device events of the last step that start less than ``HOST_LEAD_US`` into it (so
+    are launched before it starts): the copy at 0, the compute kernels back to back from
+    ``copy`` (a kernel starting at or past the lead, and every one after it, left out), and the
+    all-reduce when it starts under the lead. They leave no gap: fewer than all kernels reach
+    past the lead, and the all-reduce starts before the compute ends."""
+    each = spec.compute_us / COMPUTE_KERNELS
+    kernels = sum(1 for k in range(COMPUTE_KERNELS) if spec.copy_us + k * each < HOST_LEAD_US)
+    compute_end = spec.copy_us + kernels * each
+    comm_start = spec.copy_us + spec.compute_us - spec.overlap_us
+    if spec.comm_us <= 0 or comm_start >= HOST_LEAD_US:
+        return _Head(compute_end, kernels * each, 0.0, spec.copy_us, 0.0)
+    comm_end = comm_start + spec.comm_us
+    under = max(0.0, min(comm_end, compute_end) - max(comm_start, spec.copy_us))
+    end = max(compute_end, comm_end)
+    return _Head(end, kernels * each, spec.comm_us, spec.copy_us, under)
