@@ -427,7 +427,10 @@ def _odd_values() -> dict[str, Any]:
 def test_piecewise_and_streaming_reads_keep_the_same(tmp_path: Path, layout: str) -> None:
     """The fast read (pieces through pyarrow) keeps exactly what the streaming read (ijson)
     keeps, or declines and leaves the file to it (all events on one line)."""
-    from itwin_report.traces import reader
+    from itwin_report.traces.columns import Columns
+    from itwin_report.traces.pieces import read_pieces
+    from itwin_report.traces.source import Edges, open_trace
+    from itwin_report.traces.streaming import read_streaming
 
     docs = {name: _doc(events()) for name, events in HAND_SETS.items()}
     docs["gpu"] = kineto.document(kineto.RankSpec(steps=4))
@@ -436,18 +439,18 @@ def test_piecewise_and_streaming_reads_keep_the_same(tmp_path: Path, layout: str
     nan = _doc(_one_step())
     nan["traceEvents"][2]["name"] = "NaN loss"
     docs["nan"] = nan
-    keys = [k for k in vars(reader._Columns()) if k[:2] in ("k_", "h_", "s_", "o_")]
+    keys = [k for k in vars(Columns()) if k[:2] in ("k_", "h_", "s_", "o_")]
     for name, doc in docs.items():
         for gz in (False, True):
             path = tmp_path / f"{name}.pt.trace.json{'.gz' if gz else ''}"
             text = LAYOUTS[layout](doc).encode()
             path.write_bytes(gzip.compress(text) if gz else text)
-            with reader._open(path) as fh:
-                slow, slow_edges = reader._Columns(), reader._Edges()
-                slow_read = reader._read_streaming(path, fh, slow, slow_edges)
-            with reader._open(path) as fh:
-                fast, fast_edges = reader._Columns(), reader._Edges()
-                fast_read = reader._read_pieces(fh, fast, fast_edges)
+            with open_trace(path) as fh:
+                slow, slow_edges = Columns(), Edges()
+                slow_read = read_streaming(path, fh, slow, slow_edges)
+            with open_trace(path) as fh:
+                fast, fast_edges = Columns(), Edges()
+                fast_read = read_pieces(fh, fast, fast_edges)
             declines = layout == "one-line"
             assert (fast_read is None) == declines, (name, gz)
             if declines:

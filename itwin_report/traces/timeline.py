@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from itwin_report.traces.reader import COMMUNICATION, COMPUTE, MEMORY, RawTrace
+from itwin_report.traces.kinds import COMMUNICATION, COMPUTE, MEMORY
+from itwin_report.traces.reader import RawTrace
 
 
 @dataclass
