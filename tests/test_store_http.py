@@ -159,11 +159,18 @@ def test_each_request_once_and_counted(mlflow_server: tuple[str, str], http_scal
     assert sent[rest.RUNS_PATH] == 1 + (2 * experiments if experiments > 1 else 0)
     # every worker's histories fit one request per key (10 runs, a few hundred points)
     assert sent[api_reader.BULK_PATH] == data.metrics["key"].nunique() == 3
-    # one request per artifact and worker, none repeated; MLflow 3 answers 404 for a missing
-    # one, so no folder is listed
+    # the experiment's folder in the server's artifact store is listed once; a worker whose
+    # own folder is not in it logged no artifact and is not asked; the others are asked once
+    # per artifact (MLflow 3 answers 404 for a missing one: no other listing)
+    exp_id = str(http_scaling["experiment_id"])
+    folder = Path(backend.removeprefix("sqlite:///")).parent / "artifacts" / exp_id
+    logged_some = {p.name for p in folder.iterdir()} & set(data.runs["run_id"])
+    assert 0 < len(logged_some) < workers
     downloads = {p: n for p, n in sent.items() if p.startswith(rest.ARTIFACTS_PATH + "/")}
-    assert len(downloads) == 2 * workers and set(downloads.values()) == {1}
-    assert sent.get(rest.ARTIFACTS_PATH, 0) == 0
+    asked = {re.sub(rf"^{rest.ARTIFACTS_PATH}/{exp_id}/([^/]+)/.*", r"\1", p) for p in downloads}
+    assert asked == logged_some and set(downloads.values()) == {1}
+    assert len(downloads) == 2 * len(logged_some)
+    assert sent[rest.ARTIFACTS_PATH] == 1
     # the server logged the same requests (its access log is written as it answers)
     deadline = time.monotonic() + 10
     while True:
@@ -244,3 +251,15 @@ def test_artifact_folders_are_listed_in_one_request_each(
     assert inside == [("torch_profiling_averages/torch_profiling_averages.csv", False)]
     assert nothing == [] and elsewhere is None
     assert listings == 3
+
+
+def test_a_folder_is_listed_only_when_runs_share_it() -> None:
+    runs = [f"mlflow-artifacts:/1/run{i}/artifacts" for i in range(4)]
+    few = ["mlflow-artifacts:/2/lone/artifacts", "mlflow-artifacts:/2/other/artifacts"]
+    elsewhere = ["s3://bucket/1/x/artifacts", "mlflow-artifacts://host:5000/1/y/artifacts"]
+    shared = api_reader.shared_folders([*runs, *few, *elsewhere], at_least=4)
+    assert {uri: shared[uri] for uri in runs} == {uri: ("1", uri.split("/")[2]) for uri in runs}
+    # experiment 2's two runs share only the store's top folder with the others: 6 roots
+    assert shared[few[0]] == ("", "2")
+    assert not set(elsewhere) & set(shared)  # not behind this server's proxy
+    assert api_reader.shared_folders(few, at_least=4) == {}

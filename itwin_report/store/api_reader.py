@@ -15,11 +15,13 @@ client, per run and key, but only for keys the run has logged.
 from __future__ import annotations
 
 import os
+import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import numpy as np
 import pandas as pd
@@ -54,6 +56,7 @@ MAX_REQUEST_LINE = 2_000  # bytes of "GET <path>?<query> HTTP/1.1"; gunicorn ref
 # requests in flight: the worker processes of ``mlflow server`` by default (its --workers, 4
 # in MLflow 3.x under uvicorn and 2.x under gunicorn); more only queue at the server
 SERVER_WORKERS = 4
+SHARED_BY = 4  # runs whose artifact roots share a folder before it is listed instead of asked
 THREADS = 4  # MLflow's client, one run and key per call (stores other than HTTP)
 METRIC_FRAME = ["run_id", "key", "step", "value", "timestamp"]
 
@@ -75,6 +78,31 @@ def bulk_batches(base: str, ids: Sequence[str], key: str) -> Iterator[list[str]]
         size += cost
     if batch:
         yield batch
+
+
+def shared_folders(artifact_uris: Sequence[str], at_least: int) -> dict[str, tuple[str, str]]:
+    """``{artifact URI: (folder, name)}`` for runs whose artifacts sit behind the server's proxy.
+
+    ``folder`` is the deepest folder above the run's artifact root that holds the roots of
+    ``at_least`` runs or more (MLflow's ``<experiment id>``), ``name`` the entry of that folder
+    on the way to the root (the run's id): when the folder lacks it, the run has no artifacts.
+    """
+    locations = {}
+    for uri in dict.fromkeys(artifact_uris):
+        proxied = proxied_path(uri, "")
+        if proxied is not None:
+            locations[uri] = unquote(proxied.removeprefix(ARTIFACTS_PATH)).strip("/").split("/")
+    counts = Counter(
+        "/".join(parts[:depth]) for parts in locations.values() for depth in range(len(parts))
+    )
+    out = {}
+    for uri, parts in locations.items():
+        for depth in range(len(parts) - 1, -1, -1):
+            folder = "/".join(parts[:depth])
+            if counts[folder] >= at_least:
+                out[uri] = (folder, parts[depth])
+                break
+    return out
 
 
 def points_frame(answer: list[dict[str, Any]], key: str) -> pd.DataFrame:
@@ -139,6 +167,9 @@ class ApiReader:
         self._metric_keys: dict[str, list[str]] = {}
         self.warnings: list[str] = []
         self._saved_token: tuple[bool, str | None] | None = None
+        self._shared: dict[str, tuple[str, str]] = {}  # artifact root -> shared folder, child
+        self._listings: dict[str, set[str] | None] = {}  # shared folder -> names it holds
+        self._listing_lock = threading.Lock()
         if store_kind(uri) == HTTP:
             limit_http_retries()
             self.uri, token = split_token(uri)
@@ -210,6 +241,8 @@ class ApiReader:
             pages = self.http.pages(RUNS_PATH, body, "runs", "search runs")
             found = [run_record(run, param_keys, METRIC_KEYS) for run in pages]
         self._metric_keys = {r["run_id"]: r["metric_keys"] for r in found}
+        if self.http is not None:
+            self._shared = shared_folders([r["artifact_uri"] for r in found], SHARED_BY)
         runs = pd.DataFrame([{c: r[c] for c in RAW_RUN_COLUMNS} for r in found])
         runs = runs.reindex(columns=list(RAW_RUN_COLUMNS))
         for column in ("start_time", "end_time"):
@@ -313,6 +346,8 @@ class ApiReader:
                 local = mlflow_api.download_artifact(self.uri, artifact_uri, path, tmp)
                 return read_capped(Path(local)) if local is not None else None
         assert self.http is not None
+        if not self._may_exist(artifact_uri):
+            return None
         what = f"download {path}"
         retried = [s for s in RETRIED_STATUS if s != 500]  # MLflow 2.x: 500 for a missing file
         answer = self.http.send("GET", proxied, what, ok=(200, 404, 500), retried=retried)
@@ -329,6 +364,27 @@ class ApiReader:
         if len(data) > MAX_ARTIFACT_BYTES:
             raise SkippedArtifact(f"more than the {MAX_ARTIFACT_BYTES:,}-byte cap")
         return bytes(data)
+
+    def _may_exist(self, artifact_uri: str) -> bool:
+        """False when the folder many runs' artifacts share lacks this run's: nothing to ask.
+
+        That folder (MLflow's ``<experiment>/``) is listed once, when first needed; a folder
+        that cannot be listed tells nothing.
+        """
+        shared = self._shared.get(artifact_uri)
+        if shared is None:
+            return True
+        folder, child = shared
+        with self._listing_lock:
+            if folder not in self._listings:
+                try:
+                    proxied = f"{ARTIFACTS_PATH}/{quote(folder)}".rstrip("/")
+                    names = {n for n, _ in self._listing(proxied, "list artifacts")}
+                except StoreError:
+                    names = None
+                self._listings[folder] = names
+            names = self._listings[folder]
+        return names is None or child in names
 
     def list_artifacts(self, artifact_uri: str, folder: str = "") -> list[tuple[str, bool]] | None:
         """``(path under artifact_uri, is a folder)`` of what ``folder`` holds, in one request.
