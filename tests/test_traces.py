@@ -6,7 +6,9 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import sys
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -314,6 +316,61 @@ def test_parallel_reading_gives_the_serial_result(tmp_path: Path, monkeypatch) -
     parallel = read_all(paths, jobs=2)
     assert [r.row() for r in parallel] == [r.row() for r in serial]  # type: ignore[union-attr]
     assert not math.isnan(parallel[0].span_s)  # type: ignore[union-attr]
+
+
+def test_trace_text_is_counted_uncompressed_and_a_fifo_is_never_opened(tmp_path: Path) -> None:
+    import os
+
+    from itwin_report.traces.analyze import text_bytes
+
+    text = json.dumps(kineto.document(kineto.RankSpec(steps=40))).encode()
+    plain = _raw(tmp_path / "plain.pt.trace.json", text)
+    packed = _raw(tmp_path / "packed.pt.trace.json.gz", gzip.compress(text))
+    assert packed.stat().st_size < len(text) // 5  # the emulator's text packs well
+    assert text_bytes(plain) == text_bytes(packed) == len(text)
+    fifo = tmp_path / "fifo.pt.trace.json"
+    os.mkfifo(fifo)
+    assert text_bytes(fifo) == 0 and text_bytes(tmp_path / "missing") == 0
+
+
+class _Pool:
+    """Stands in for the process pool: records how it was made, maps in this process."""
+
+    made: ClassVar[list[object]] = []
+
+    def __init__(self, max_workers: int, mp_context: object) -> None:
+        self.made.append((max_workers, mp_context))
+
+    def __enter__(self) -> _Pool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def map(self, fn, items):  # type: ignore[no-untyped-def]
+        return map(fn, items)
+
+
+def test_a_pool_starts_only_for_enough_trace_text(tmp_path: Path, monkeypatch) -> None:
+    from itwin_report.traces import analyze
+
+    monkeypatch.setattr(analyze, "ProcessPoolExecutor", _Pool)
+    monkeypatch.setattr(_Pool, "made", [])
+    paths = [kineto.write(s, tmp_path, gz=True) for s in kineto.job(3, steps=40)]
+    text = sum(len(gzip.decompress(p.read_bytes())) for p in paths)
+    disk = sum(p.stat().st_size for p in paths)
+    monkeypatch.setattr(analyze, "PARALLEL_MIN_BYTES", text + 1)  # just too little text
+    serial = read_all(paths, jobs=2)
+    assert _Pool.made == []
+    monkeypatch.setattr(analyze, "PARALLEL_MIN_BYTES", text)  # far above the bytes on disk
+    assert disk < text // 5
+    parallel = read_all(paths, jobs=2)
+    ((workers, context),) = _Pool.made
+    assert workers == 2
+    assert [r.row() for r in parallel] == [r.row() for r in serial]  # type: ignore[union-attr]
+    if sys.platform.startswith("linux"):  # forked from a server that imported the reader
+        assert context.get_start_method() == "forkserver"  # type: ignore[attr-defined]
+        assert "itwin_report.traces.analyze" in analyze.PRELOAD
 
 
 @pytest.mark.parametrize("gz", [False, True])

@@ -16,6 +16,7 @@ named with their node when the rank's worker run logs a ``hostname``. Each trace
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -45,7 +46,22 @@ from itwin_report.util.notes import Note
 from itwin_report.util.text import name_list, plural
 
 TABLE = "traces"
-PARALLEL_MIN_BYTES = 16 << 20  # below this in all, reading in one process is faster
+# below this much trace text in all, reading in one process is faster: a pool's start costs
+# about 0.55 s before a worker reads (its own interpreter and imports, or the fork server's),
+# where reading takes about 10 ms per MiB (docs/traces.md)
+PARALLEL_MIN_BYTES = 64 << 20
+# what the fork server imports before the workers are forked from it: the caller's main module
+# (as a spawned worker would), the reader, and pandas, which pyarrow imports on its first
+# conversion (0.2 s in each worker otherwise)
+PRELOAD = (
+    "__main__",
+    "itwin_report.traces.analyze",
+    "itwin_report.traces.pieces",
+    "pyarrow.json",
+    "pyarrow.compute",
+    "pandas",
+    "ijson",
+)
 MEASURES = (  # (timeline attribute, words, unit)
     ("compute_per_step_s", "compute per step", " s"),
     ("launch_lag_s", "collective launch delay per step", " s"),
@@ -111,22 +127,42 @@ def wall_clock(raw: RawTrace, base_ns: float) -> float:
 
 
 def read_all(paths: list[Path], jobs: int | None = None) -> list[RankTimeline | str]:
-    """Every trace's result, in the order of ``paths``; large sets in parallel processes
-    (at most ``jobs``, default the CPU count), each reading one trace at a time."""
-    size = sum(_size(p) for p in paths)
+    """Every trace's result, in the order of ``paths``; sets of at least
+    ``PARALLEL_MIN_BYTES`` of trace text in parallel processes (at most ``jobs``, default the
+    CPU count), each reading one trace at a time."""
+    size = sum(text_bytes(p) for p in paths)
     workers = min(len(paths), jobs or os.cpu_count() or 1)
     if workers < 2 or size < PARALLEL_MIN_BYTES:
         return [read_one(p) for p in paths]
-    import multiprocessing
-
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=workers, mp_context=pool_context()) as pool:
         return list(pool.map(read_one, paths))
 
 
-def _size(path: Path) -> int:
+def pool_context() -> Any:
+    """How the workers start: on Linux, forked from a fork server, a fresh process (started
+    once per process, so nothing of the caller's threads or state) that has imported
+    ``PRELOAD``, so a worker costs a fork; elsewhere spawned, each a new interpreter."""
+    import multiprocessing
+
+    if not sys.platform.startswith("linux"):
+        return multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(list(PRELOAD))
+    return context
+
+
+def text_bytes(path: Path) -> int:
+    """The bytes of trace text in ``path``: its size, or a gzipped file's uncompressed size
+    (its last four bytes, modulo 4 GiB, never less than its size); 0 for what is not a
+    regular file (a FIFO is never opened)."""
     try:
-        return path.stat().st_size if path.is_file() else 0
+        if not path.is_file():
+            return 0
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return fh.seek(0, os.SEEK_END)
+            size = fh.seek(-4, os.SEEK_END) + 4
+            return max(size, int.from_bytes(fh.read(4), "little"))
     except OSError:
         return 0
 
