@@ -32,7 +32,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -93,24 +92,42 @@ class Measure:
     peak_mib: float
 
 
+# Runs a command in a process forked from this small one and writes its exit code, wall time,
+# CPU time and peak RSS (wait4) to the file named first. A process started straight from the
+# benchmark would count the benchmark's own memory at the fork in its peak.
+LAUNCHER = r"""
+import json, os, sys, time
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, usage = os.wait4(pid, 0)
+wall = time.perf_counter() - start
+with open(sys.argv[1], "w") as f:
+    cpu = usage.ru_utime + usage.ru_stime
+    json.dump([os.waitstatus_to_exitcode(status), wall, cpu, usage.ru_maxrss], f)
+"""
+
+
 def measure(
     cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None
 ) -> tuple[Measure, str]:
     """Run ``cmd`` as a fresh process: its wall time, CPU time, peak RSS and stdout."""
-    start = time.perf_counter()
+    import tempfile
+
     environ = {**os.environ, **(env or {})}
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=environ
-    )
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - start
-    out = proc.stdout.read().decode() if proc.stdout else ""
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{err[-3000:]}")
-    cpu = usage.ru_utime + usage.ru_stime
-    return Measure(wall, cpu, usage.ru_maxrss / 1024), out
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "usage.json"
+        launched = [sys.executable, "-c", LAUNCHER, str(report), *cmd]
+        proc = subprocess.run(launched, capture_output=True, cwd=cwd, env=environ)
+        code, wall, cpu, peak_kib = json.loads(report.read_text())
+    if code != 0:
+        err = proc.stderr.decode(errors="replace")
+        raise SystemExit(f"{' '.join(cmd)} failed ({code}):\n{err[-3000:]}")
+    return Measure(wall, cpu, peak_kib / 1024), proc.stdout.decode(errors="replace")
 
 
 def best_of(cmd: list[str], cwd: Path | None = None, env: dict[str, str] | None = None) -> Measure:

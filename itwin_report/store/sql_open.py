@@ -258,17 +258,14 @@ def _check_schema(reader: SqlReader, uri: str) -> None:
     if version is None:
         raise StoreError(f"{where} is not an MLflow tracking database (no alembic_version table)")
     missing_tables, missing_columns = [], []
-    for table, columns in {**NEEDED_COLUMNS, **OPTIONAL_COLUMNS}.items():
-        try:
-            query(f"SELECT * FROM {table} WHERE 1 = 0", {})
+    for table in dict.fromkeys([*NEEDED_COLUMNS, *OPTIONAL_COLUMNS]):
+        try:  # one query per table: its columns come back with the empty result
+            held = {str(c).lower() for c in query(f"SELECT * FROM {table} WHERE 1 = 0", {})}
         except Exception:
             missing_tables.append(table)
             continue
-        for column in dict.fromkeys(columns):
-            try:
-                query(f"SELECT {column} FROM {table} WHERE 1 = 0", {})
-            except Exception:
-                missing_columns.append(f"{table}.{column}")
+        wanted = (*NEEDED_COLUMNS.get(table, ()), *OPTIONAL_COLUMNS.get(table, ()))
+        missing_columns += [f"{table}.{c}" for c in dict.fromkeys(wanted) if c not in held]
     if missing_tables:
         raise StoreError(
             f"{where} is not an MLflow tracking database (no table "
