@@ -136,6 +136,41 @@ def test_hand_written_trace_breaks_down_as_worked_out(tmp_path: Path, gz: bool) 
     assert t.launch_lag_s == pytest.approx(2e-6)  # the all-reduce launched 2 µs into step 1
 
 
+def _device_step(n: int, ts: float, dur: float) -> dict[str, object]:
+    """A device-side step annotation as Kineto writes it (no stream)."""
+    event = {"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{n}", "pid": 0}
+    return {**event, "tid": 7, "ts": ts, "dur": dur, "args": {"External id": n}}
+
+
+def test_collective_launch_delay_is_counted_from_the_hosts_step(tmp_path: Path) -> None:
+    """The host runs ahead of the GPU: each device-side step annotation starts 50-80 µs after
+    the host's, and each all-reduce is launched after it. The delay is from the host's step
+    start: step 1 launches at 60 (60 µs in), step 2 at 180 (80 µs in), a mean of 70 µs (from
+    the device-side starts it would be 10 µs each). The last step (from 280, the device-side
+    ProfilerStep#3) is left out; the compute launched at 205, before it, counts."""
+    nccl = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclWorkElem)"
+    events = [
+        *(_host(f"ProfilerStep#{n}", 100 * (n - 1), 100, cat="user_annotation") for n in (1, 2, 3)),
+        _device_step(1, 50, 110),
+        _device_step(2, 170, 100),
+        _device_step(3, 280, 50),
+        *(_host("cudaLaunchKernel", t, 1, c) for t, c in ((5, 1), (60, 2), (105, 3), (180, 4))),
+        _host("cudaLaunchKernel", 205, 1, 5),
+        _kernel("ampere_sgemm_128x64_tn", 50, 60, 1),
+        _kernel(nccl, 110, 50, 2, stream=20),
+        _kernel("ampere_sgemm_128x64_tn", 170, 60, 3),
+        _kernel(nccl, 230, 40, 4, stream=20),
+        _kernel("ampere_sgemm_128x64_tn", 280, 50, 5),
+    ]
+    raw = read_trace(_write(tmp_path / "w.pt.trace.json", {"traceEvents": events}))
+    assert raw.step_device.tolist() == [0, 0, 0, 1, 1, 1]
+    t = analyse(raw, "w")
+    assert t.launch_lag_s == pytest.approx(70e-6)
+    # span 50 .. 330; compute 60 + 60 + 50 = 170; communication 50 + 40 = 90, none under compute
+    assert t.steps == 2 and t.span_s == pytest.approx(280e-6)
+    assert t.compute_s == pytest.approx(170e-6) and t.idle_s == pytest.approx(20e-6)
+
+
 def test_one_step_trace_is_analysed_whole_with_a_note(tmp_path: Path) -> None:
     events = [e for e in HAND_EVENTS if e.get("name") not in ("ProfilerStep#2", "ProfilerStep#3")]
     t = analyse(read_trace(_write(tmp_path / "w.json", {"traceEvents": events})), "w")

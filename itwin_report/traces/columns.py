@@ -26,6 +26,7 @@ import numpy as np
 
 from itwin_report.traces.kinds import (
     COMMUNICATION,
+    DEVICE_STEP,
     STEP_MARK,
     kernel_kind,
     operator_kind,
@@ -36,14 +37,16 @@ from itwin_report.traces.kinds import (
 class Columns:
     """The arrays being filled while the events stream by: per device event (``k_``) its
     start, duration, kind and correlation; per host event with a correlation (``h_``) its
-    correlation and start; per ``ProfilerStep`` annotation (``s_``) its start, duration and
-    number; per CPU operator (``o_``) its start, duration and kind."""
+    correlation and start; per ``ProfilerStep`` annotation (``s_``) its start, duration,
+    number and whether it is the device-side one (``gpu_user_annotation``); per CPU operator
+    (``o_``) its start, duration and kind."""
 
     def __init__(self) -> None:
         self.k_ts, self.k_dur = array("d"), array("d")
         self.k_kind, self.k_corr = array("b"), array("q")
         self.h_corr, self.h_ts = array("q"), array("d")
         self.s_ts, self.s_dur, self.s_id = array("d"), array("d"), array("q")
+        self.s_dev = array("b")
         self.o_ts, self.o_dur, self.o_kind = array("d"), array("d"), array("b")
         self.kinds: dict[str, int] = {}
         self.op_kinds: dict[str, int] = {}
@@ -109,6 +112,7 @@ class Columns:
                 self.s_ts.append(ts)
                 self.s_dur.append(dur)
                 self.s_id.append(step_number(name))
+                self.s_dev.append(cat == DEVICE_STEP)
             elif cat == "cpu_op" or cat == "user_annotation":
                 kind = op_kinds.get(name)
                 if kind is None:
@@ -150,6 +154,8 @@ class Columns:
         self.s_ts.frombytes(ts[step].tobytes())
         self.s_dur.frombytes(dur[step].tobytes())
         self.s_id.frombytes(step_ids[name[step]].tobytes())
+        device_step = cats.index(DEVICE_STEP) if DEVICE_STEP in cats else -2
+        self.s_dev.frombytes((cat[step] == device_step).astype(np.int8).tobytes())
         op_kinds = np.array(
             [self._kind(n, self.op_kinds, operator_kind) for n in names], dtype=np.int8
         )

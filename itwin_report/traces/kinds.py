@@ -33,6 +33,7 @@ COMM_OPERATOR = re.compile(
 # memory operators on CPU threads (copies between tensors)
 MEMORY_OPERATOR = re.compile(r"^aten::(?:copy_|_to_copy|to|contiguous|clone)$")
 STEP_MARK = "ProfilerStep"  # a host event whose name contains this marks a step (HTA)
+DEVICE_STEP = "gpu_user_annotation"  # the category of the device-side step annotation
 STEP_NAME = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 
 

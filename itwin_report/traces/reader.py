@@ -72,6 +72,7 @@ class RawTrace:
     step_ts: np.ndarray = field(default_factory=lambda: np.empty(0))
     step_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
     step_ids: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))
+    step_device: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))  # 1: device
     op_ts: np.ndarray = field(default_factory=lambda: np.empty(0))
     op_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
     op_kind: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))
@@ -124,6 +125,7 @@ def read_trace(path: Path) -> RawTrace:
         step_ts=np.frombuffer(columns.s_ts, dtype=np.float64),
         step_dur=np.frombuffer(columns.s_dur, dtype=np.float64),
         step_ids=np.frombuffer(columns.s_id, dtype=np.int64),
+        step_device=np.frombuffer(columns.s_dev, dtype=np.int8),
         op_ts=np.frombuffer(columns.o_ts, dtype=np.float64),
         op_dur=np.frombuffer(columns.o_dur, dtype=np.float64),
         op_kind=np.frombuffer(columns.o_kind, dtype=np.int8),

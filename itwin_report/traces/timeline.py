@@ -230,9 +230,11 @@ def _cpu_window(raw: RawTrace) -> np.ndarray:
 
 
 def _step_starts(raw: RawTrace) -> np.ndarray:
-    """The analysed steps' starts on the host, in order (the last step left out)."""
-    order = np.argsort(raw.step_ts, kind="stable")
-    starts = raw.step_ts[order]
+    """The analysed steps' starts on the host, in order (the last step left out): the host's
+    ``ProfilerStep`` annotations, not the device-side ones, which start when each step's first
+    kernel does, often a step or more behind the host (all of them when there is no other)."""
+    host = raw.step_ts[raw.step_device == 0]
+    starts = np.sort(host if host.size else raw.step_ts, kind="stable")
     return starts[:-1] if starts.size >= 2 else starts
 
 
