@@ -3,7 +3,7 @@
 import os as _os
 import sys as _sys
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 from itwin_report.api import build, compare, load
 
