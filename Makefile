@@ -75,7 +75,7 @@ $(MIN_STAMP): pyproject.toml constraints/min.txt
 	@touch $@
 
 test-min: $(MIN_STAMP)
-	$(MIN_VENV)/bin/python -m pytest -q -m 'not old_server and not registry and not browser'
+	$(MIN_VENV)/bin/python -m pytest -q -m 'not old_server and not registry and not browser and not hta'
 
 test-postgres: $(STAMP)
 	$(PY) -m pytest -q -m postgres

@@ -214,6 +214,9 @@ class RunData:
     profiles: pd.DataFrame = field(default_factory=lambda: empty_frame(PROFILE_COLUMNS))
     performance: pd.DataFrame = field(default_factory=lambda: empty_frame(PERFORMANCE_COLUMNS))
     warnings: list[str] = field(default_factory=list)
+    # where each worker run's artifacts are (run id -> artifact URI, as the store gave it): read
+    # again only to look for logged profiler traces; empty for data not loaded from a store
+    artifact_uris: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, columns in FRAMES.items():
@@ -252,7 +255,10 @@ class RunData:
             experiment=str(meta["experiment"]),
             tracking_uri=str(meta["tracking_uri"]),
             warnings=[_note(w) for w in meta.get("warnings", [])],
-            **frames,
+            runs=frames["runs"],
+            metrics=frames["metrics"],
+            profiles=frames["profiles"],
+            performance=frames["performance"],
         )
 
 

@@ -184,6 +184,9 @@ def _load(
         profiles=profiles,
         performance=performance,
         warnings=warnings,
+        artifact_uris=dict(
+            zip(workers["run_id"].astype(str), workers["artifact_uri"].astype(str), strict=True)
+        ),
     )
     if metrics is not None:
         data.metrics, more = tidy_metrics(metrics, workers)
@@ -259,13 +262,25 @@ def logged_traces(
     ``wanted`` accepts), as local files while the ``with`` block runs (a server's are
     downloaded into a temporary folder, removed after).
 
-    The store is opened again for the runs' artifact locations (one query; the loaded data
-    keeps no artifact location). Raises what :func:`load_experiment` raises for a store or
-    experiment that cannot be read; a run whose artifacts cannot be listed is a warning.
+    The artifact locations the loader kept (``data.artifact_uris``) are used as they are for a
+    database or file store; a tracking server, or data that kept none, is opened again (one
+    runs query) to list and download through it. Raises what :func:`load_experiment` raises
+    for a store or experiment that cannot be read; a run whose artifacts cannot be listed is a
+    warning.
     """
+    import pandas as pd
+
     from itwin_report.store.trace_artifacts import trace_artifacts
     from itwin_report.store.tree import choose_experiment
 
+    kind = store_kind(tracking_uri)
+    if data.artifact_uris and kind not in (HTTP, OTHER):
+        known = pd.DataFrame(list(data.artifact_uris.items()), columns=["run_id", "artifact_uri"])
+        mine = _may_hold_artifacts(known[known["run_id"].isin(set(data.runs["run_id"]))])
+        pairs = list(zip(mine["run_id"], mine["artifact_uri"], strict=True))
+        with trace_artifacts(tracking_uri, pairs, False, wanted) as out:
+            yield out
+        return
     reader = _open_reader(tracking_uri)
     try:
         exp_id = choose_experiment(reader.experiments(), data.experiment)
