@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from itwin_report.plots.figures import _figure, _group_positions, label
+from itwin_report.plots.figures import _figure, _group_positions, _strategy_labels, label
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,18 +96,7 @@ def breakdown_figure(report: Report) -> Figure | None:
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     _verdicts(ax, xs, bottoms, [row["bound_by"] for row in rows])
     ax.set_xticks(xs, [str(int(row["workers"])) for row in rows])
-    for strategy in dict.fromkeys(strategies):
-        group = [x for x, s in zip(xs, strategies, strict=True) if s == strategy]
-        ax.text(
-            sum(group) / len(group),
-            -0.09,
-            label(strategy),
-            transform=ax.get_xaxis_transform(),
-            ha="center",
-            va="top",
-            fontweight="bold",
-        )
-    ax.set_xlabel("Workers (GPUs), grouped by strategy", labelpad=22)
+    _strategy_labels(ax, xs, strategies)
     ax.set_ylabel("Seconds per run")
     ax.set_ylim(0, max(bottoms) * 1.6 if max(bottoms) > 0 else 1.0)
     handles, texts = ax.get_legend_handles_labels()  # listed top to bottom, as stacked

@@ -323,6 +323,22 @@ def _group_positions(strategies: list[str]) -> list[float]:
     return xs
 
 
+def _strategy_labels(ax: Axes, xs: list[float], strategies: list[str]) -> None:
+    """Each strategy's name in bold under its group of bars, and the axis label saying so."""
+    for strategy in dict.fromkeys(strategies):
+        group = [x for x, s in zip(xs, strategies, strict=True) if s == strategy]
+        ax.text(
+            sum(group) / len(group),
+            -0.09,
+            label(strategy),
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="top",
+            fontweight="bold",
+        )
+    ax.set_xlabel("Workers (GPUs), grouped by strategy", labelpad=22)
+
+
 def computation_figure(report: Report) -> Figure | None:
     """Stacked bars per configuration: computation, communication, other (hatched)."""
     table = report.computation[report.computation["computation_fraction"].notna()]
@@ -351,18 +367,7 @@ def computation_figure(report: Report) -> Figure | None:
     bottoms = [a + b for a, b in zip(comp, comm, strict=True)]
     ax.bar(xs, other, bottom=bottoms, color="white", edgecolor="black", hatch="//", label="other")
     ax.set_xticks(xs, [str(int(w)) for w in table["workers"]])
-    for strategy in dict.fromkeys(strategies):
-        group = [x for x, s in zip(xs, strategies, strict=True) if s == strategy]
-        ax.text(
-            sum(group) / len(group),
-            -0.09,
-            label(strategy),
-            transform=ax.get_xaxis_transform(),
-            ha="center",
-            va="top",
-            fontweight="bold",
-        )
-    ax.set_xlabel("Workers (GPUs), grouped by strategy", labelpad=22)
+    _strategy_labels(ax, xs, strategies)
     ax.set_ylabel("Fraction of GPU time")
     ax.set_ylim(0, 1)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))

@@ -32,6 +32,7 @@ from itwin_report.report import specs
 from itwin_report.report.common import configurations, finish
 from itwin_report.report.rates import steady_rate_of
 from itwin_report.report.stragglers import COLUMNS as METRIC_STRAGGLER_COLUMNS
+from itwin_report.traces.kinds import PERCENTS, SECONDS
 
 OVERHEAD_SHARE = 0.25
 EXPOSED_SHARE = 0.20
@@ -53,16 +54,8 @@ TRACE_RANK_COLUMNS = [
     "windows",
     "files",
     "steps",
-    "span_s",
-    "compute_s",
-    "communication_s",
-    "memory_s",
-    "idle_s",
-    "exposed_communication_s",
-    "compute_pct",
-    "non_compute_pct",
-    "idle_pct",
-    "overlap_pct",
+    *SECONDS,
+    *PERCENTS,
     "compute_per_step_s",
     "launch_lag_s",
 ]

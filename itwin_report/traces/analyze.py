@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from itwin_report.analysis.outliers import Straggler, lagging
+from itwin_report.traces.kinds import PERCENTS, SECONDS
 from itwin_report.traces.match import (
     Match,
     TraceFacts,
@@ -253,15 +254,6 @@ def stragglers(job: list[RankTimeline]) -> list[tuple[Straggler, str]]:
 
 # ------------------------------------------------------------ traces of a report's runs
 
-SECONDS = (
-    "span_s",
-    "compute_s",
-    "communication_s",
-    "memory_s",
-    "idle_s",
-    "exposed_communication_s",
-)
-PERCENTS = ("compute_pct", "non_compute_pct", "idle_pct", "overlap_pct")
 REPORT_TABLE = "time_breakdown"  # the report table whose warnings these are
 
 

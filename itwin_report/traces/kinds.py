@@ -17,6 +17,17 @@ from __future__ import annotations
 
 import re
 
+# a rank's figures (the columns of analyze-traces), in seconds and in percent (0-100)
+SECONDS = (
+    "span_s",
+    "compute_s",
+    "communication_s",
+    "memory_s",
+    "idle_s",
+    "exposed_communication_s",
+)
+PERCENTS = ("compute_pct", "non_compute_pct", "idle_pct", "overlap_pct")
+
 # kinds of device events and CPU operators; OTHER: a device event HTA counts as neither compute
 # nor communication nor memory (a synchronisation, a copy not named as one first)
 COMPUTE, COMMUNICATION, MEMORY, OTHER = 0, 1, 2, 3

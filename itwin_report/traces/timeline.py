@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from itwin_report.traces.kinds import COMMUNICATION, COMPUTE, MEMORY
+from itwin_report.traces.kinds import COMMUNICATION, COMPUTE, MEMORY, PERCENTS, SECONDS
 from itwin_report.traces.reader import RawTrace
 
 
@@ -72,21 +72,7 @@ class RankTimeline:
             "world_size": self.world_size,
             "device": self.device,
             "steps": self.steps,
-            **{
-                name: _finite(getattr(self, name))
-                for name in (
-                    "span_s",
-                    "compute_s",
-                    "communication_s",
-                    "memory_s",
-                    "idle_s",
-                    "exposed_communication_s",
-                    "compute_pct",
-                    "non_compute_pct",
-                    "idle_pct",
-                    "overlap_pct",
-                )
-            },
+            **{name: _finite(getattr(self, name)) for name in (*SECONDS, *PERCENTS)},
         }
 
 
