@@ -96,8 +96,8 @@ MUTANTS = (
         "M8",
         "the columnar reader returns float32",
         "itwin_report/store/columnar.py",
-        "pc.cast(table.column(i), pa.float64(), safe=False).to_numpy()",
-        "pc.cast(table.column(i), pa.float32(), safe=False).to_numpy()",
+        "pc.cast(column, pa.float64(), safe=False).to_numpy(zero_copy_only=False)",
+        "pc.cast(column, pa.float32(), safe=False).to_numpy(zero_copy_only=False)",
         ("tests/test_columnar.py",),
     ),
     Mutant(
