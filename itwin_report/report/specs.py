@@ -447,7 +447,7 @@ TIME_BREAKDOWN = TableSpec(
         Column(
             "outside_s",
             "float64",
-            "Set-up",
+            "Set-up, teardown",
             SECONDS,
             description="Wall time outside the epochs: set-up and teardown.",
         ),
