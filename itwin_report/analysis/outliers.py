@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import median
+from typing import Any
 
 MIN_RELATIVE = 0.05  # a lag under 5 % of the median is never named
 MIN_RANKS = 3
@@ -41,6 +42,20 @@ class Straggler:
         )
         shown = f"{self.value:.4g}{unit} vs {self.median:.4g}{unit}"
         return f"{who}: {self.measure} {self.ratio:.2f}× the median of {self.count} ranks ({shown})"
+
+    def job_row(self, strategy: str, workers: int, job_id: str, unit: str = "") -> dict[str, Any]:
+        """The row a report's straggler table keeps for it (one job of one configuration)."""
+        return {
+            "strategy": strategy,
+            "workers": workers,
+            "job_id": job_id,
+            "scope": self.scope,
+            "ranks": list(self.ranks),
+            "node": self.node,
+            "measure": self.measure,
+            "ratio": self.ratio,
+            "text": self.text(unit),
+        }
 
     def record(self, unit: str = "") -> dict[str, object]:
         return {

@@ -50,18 +50,8 @@ def metric_stragglers(data: RunData) -> pd.DataFrame:
             if len(means) < MIN_RANKS:
                 continue
             values = {int(r): float(v) for r, v in zip(means.index, means, strict=True)}
-            for found in lagging(values, words, nodes, lower_is_slower=lower):
-                rows.append(
-                    {
-                        "strategy": str(strategy),
-                        "workers": int(str(workers)),
-                        "job_id": str(job),
-                        "scope": found.scope,
-                        "ranks": list(found.ranks),
-                        "node": found.node,
-                        "measure": words,
-                        "ratio": found.ratio,
-                        "text": found.text(unit),
-                    }
-                )
+            rows += [
+                found.job_row(str(strategy), int(str(workers)), str(job), unit)
+                for found in lagging(values, words, nodes, lower_is_slower=lower)
+            ]
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -423,18 +423,8 @@ def _job_stragglers(
         first = rows[0]
         for attribute, words, unit in MEASURES:
             values = {int(r["rank"]): float(r[attribute]) for r in rows}
-            for found in lagging(values, words, nodes):
-                out.append(
-                    {
-                        "strategy": first["strategy"],
-                        "workers": first["workers"],
-                        "job_id": job,
-                        "scope": found.scope,
-                        "ranks": list(found.ranks),
-                        "node": found.node,
-                        "measure": words,
-                        "ratio": found.ratio,
-                        "text": found.text(unit),
-                    }
-                )
+            out += [
+                found.job_row(first["strategy"], first["workers"], job, unit)
+                for found in lagging(values, words, nodes)
+            ]
     return out
