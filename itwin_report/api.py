@@ -146,14 +146,17 @@ def read_traces(
     given = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
     found = find_traces(given)
     files, notes = layout_files(found, set(data.runs["run_name"]), given)
-    runs = [{str(k): v for k, v in r.items()} for r in data.runs.to_dict("records")]
+
+    def runs() -> list[dict[str, Any]]:
+        return [{str(k): v for k, v in r.items()} for r in data.runs.to_dict("records")]
+
     if tracking_uri is None:
-        out = run_traces(runs, files, jobs) if files else RunTraces()
+        out = run_traces(runs(), files, jobs) if files else RunTraces()
         out.warnings[:0] = notes
         return out
     with store.logged_traces(tracking_uri, data, is_trace_name) as logged:
         files += [TraceFile(t.path, t.run_id, t.label) for t in logged.traces]
-        out = run_traces(runs, files, jobs) if files else RunTraces()
+        out = run_traces(runs(), files, jobs) if files else RunTraces()
     out.warnings[:0] = [*notes, *logged.warnings]
     return out
 

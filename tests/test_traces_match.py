@@ -196,6 +196,25 @@ def test_traces_logged_as_artifacts_are_found_without_traces(tmp_path: Path, uri
     assert body["time_breakdown"][0]["bound_by"] == "a straggler"
 
 
+def test_logged_traces_are_found_from_the_loaded_locations(tmp_path: Path, uri: str) -> None:
+    """A SQLite store is read once: the traces lookup uses the artifact folders kept at load,
+    so it still finds the traces after the store file is gone."""
+    from itwin_report import api
+
+    job = Job("ddp-2", 2, T0, T0 + 60 * S, logged=(0, 1))
+    w = write_store(uri, [job])
+    staged = write_traces(tmp_path / "staged", job, kineto.job(2), after_s=5)
+    assert job.runs is not None
+    for rank, path in enumerate(staged):
+        w.log_text(job.runs[rank], path.read_text(), f"profiler/traces/{path.name}")
+    data = api.load(uri, EXPERIMENT)
+    assert set(data.artifact_uris) == set(job.runs.values())
+    db = Path(uri.removeprefix("sqlite:///"))
+    db.rename(db.with_suffix(".moved"))
+    found = api.read_traces(data, tracking_uri=uri)
+    assert sorted(r["rank"] for r in found.ranks) == [0, 1]
+
+
 @pytest.mark.server
 def test_trace_artifacts_on_a_server_are_downloaded(
     tmp_path: Path, mlflow_server: tuple[str, str]

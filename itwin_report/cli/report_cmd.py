@@ -74,9 +74,11 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
     """A callback refusing values outside ``name``'s range (data/validate.py's OPTION_RANGES)."""
 
     def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+        if value is None:  # nothing to check: the validation module (and pandas) loads later
+            return value
         from itwin_report.data.validate import check_option
 
-        problem = "" if value is None else check_option(name, value)
+        problem = check_option(name, value)
         if problem:
             raise click.BadParameter(problem, param=param)
         return value
@@ -330,6 +332,12 @@ def generate_scalability_report(
       itwin-report generate-scalability-report -e emulated-cluster --html r.html --no-plots
       itwin-report generate-scalability-report -e emulated-cluster --traces mllogs/traces
     """
+    want_page = fmt == "html" or html_path is not None
+    # the drawing process starts first: it imports matplotlib while this one imports pandas and
+    # reads the store; whatever fails before the figures, it is stopped on the way out
+    helper = start_plots(want_page or not no_plots)
+    if helper is not None:
+        click.get_current_context().call_on_close(helper.close)
     from itwin_report import store
     from itwin_report.api import read_traces
     from itwin_report.render import render
@@ -357,10 +365,6 @@ def generate_scalability_report(
         from itwin_report.traces.analyze import find_traces
 
         find_traces(traces)  # a folder that does not exist: one line and exit 1, before loading
-    want_page = fmt == "html" or html_path is not None
-    helper = start_plots(want_page or not no_plots)  # readies itself while the store is read
-    if helper is not None:
-        click.get_current_context().call_on_close(helper.close)
     data = store.load_experiment(
         uri,
         experiment_name,

@@ -194,7 +194,11 @@ def _load(
     # the single place where the loaded data is validated
     from itwin_report.data.validate import validate
 
-    return validate(data)
+    valid = validate(data)
+    # the runs validation keeps, with the locations the traces lookup reads instead of the store
+    kept = set(valid.runs["run_id"])
+    valid.artifact_uris = {r: u for r, u in data.artifact_uris.items() if r in kept}
+    return valid
 
 
 def _may_hold_artifacts(workers: Any) -> Any:
