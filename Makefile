@@ -3,6 +3,8 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
+# the suite in one process per core (at most 4); PARALLEL= runs it in this one process
+PARALLEL ?= -n auto --maxprocesses 4
 DEMO_EXPERIMENT ?= emulated-cluster
 DEMO_TRUTH := mllogs/$(DEMO_EXPERIMENT)-truth.json
 # the oldest supported versions (constraints/min.txt), each in a venv of its own
@@ -62,7 +64,7 @@ demo: $(STAMP) $(DEMO_TRUTH)
 	@echo "HTML report: report.html"
 
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(PARALLEL)
 
 test-browser: demo
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)
@@ -75,7 +77,7 @@ $(MIN_STAMP): pyproject.toml constraints/min.txt
 	@touch $@
 
 test-min: $(MIN_STAMP)
-	$(MIN_VENV)/bin/python -m pytest -q -m 'not old_server and not registry and not browser and not hta'
+	$(MIN_VENV)/bin/python -m pytest -q $(PARALLEL) -m 'not old_server and not registry and not browser and not hta'
 
 test-postgres: $(STAMP)
 	$(PY) -m pytest -q -m postgres
