@@ -8,6 +8,7 @@ puts its first profiler step a chosen number of seconds after its job's start.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -223,7 +224,7 @@ def test_trace_artifacts_on_a_server_are_downloaded(
     from itwin_report.emulator import mlflow_writer
     from itwin_report.store import mlflow_api
 
-    url, _ = mlflow_server
+    url, backend = mlflow_server
     job = Job("remote-4", 4, T0, T0 + 60 * S, logged=(0, 1, 2, 3))
     w = mlflow_writer.RunWriter(url)
     exp = w.experiment_id("remote-traces")
@@ -242,8 +243,14 @@ def test_trace_artifacts_on_a_server_are_downloaded(
     for run in [*job.runs.values(), job.top]:
         w.end_run(run, job.end_ms)
     data = load(url, "remote-traces")
+    log = Path(backend.removeprefix("sqlite:///")).parent / "server.log"
+    before = log.read_text(encoding="utf-8", errors="replace").count("/runs/search")
     found = read_traces(data, tracking_uri=url)
     assert [(r["rank"], r["run_id"]) for r in found.ranks] == [(r, job.runs[r]) for r in range(4)]
+    if before:  # the server logs its requests (MLflow 3; 2.x's gunicorn keeps no access log)
+        time.sleep(0.5)  # the access log is written as the server answers
+        after = log.read_text(encoding="utf-8", errors="replace").count("/runs/search")
+        assert after == before, "the lookup asked the server for the runs it had loaded"
     assert found.ranks[0]["compute_s"] == pytest.approx(4 * 6_000e-6)
     # named by their address on the server, not by the temporary download
     assert found.ranks[0]["files"][0].endswith(f"/deep/er/traces/{staged[0].name}")

@@ -266,9 +266,9 @@ def logged_traces(
     ``wanted`` accepts), as local files while the ``with`` block runs (a server's are
     downloaded into a temporary folder, removed after).
 
-    The artifact locations the loader kept (``data.artifact_uris``) are used as they are for a
-    database or file store; a tracking server, or data that kept none, is opened again (one
-    runs query) to list and download through it. Raises what :func:`load_experiment` raises
+    The artifact locations the loader kept (``data.artifact_uris``) are used as they are; a
+    tracking server is opened again to list and download through it (its runs are asked for
+    again only for data that kept no locations). Raises what :func:`load_experiment` raises
     for a store or experiment that cannot be read; a run whose artifacts cannot be listed is a
     warning.
     """
@@ -278,18 +278,23 @@ def logged_traces(
     from itwin_report.store.tree import choose_experiment
 
     kind = store_kind(tracking_uri)
+    known = pd.DataFrame(list(data.artifact_uris.items()), columns=["run_id", "artifact_uri"])
+    known = known[known["run_id"].isin(set(data.runs["run_id"]))]
     if data.artifact_uris and kind not in (HTTP, OTHER):
-        known = pd.DataFrame(list(data.artifact_uris.items()), columns=["run_id", "artifact_uri"])
-        mine = _may_hold_artifacts(known[known["run_id"].isin(set(data.runs["run_id"]))])
+        mine = _may_hold_artifacts(known)
         pairs = list(zip(mine["run_id"], mine["artifact_uri"], strict=True))
         with trace_artifacts(tracking_uri, pairs, False, wanted) as out:
             yield out
         return
     reader = _open_reader(tracking_uri)
     try:
-        exp_id = choose_experiment(reader.experiments(), data.experiment)
-        runs, _ = reader.runs(exp_id, [STRATEGY_PARAM])
-        mine = _may_hold_artifacts(runs[runs["run_id"].isin(set(data.runs["run_id"]))])
+        if data.artifact_uris:  # a server: opened to fetch through it, its runs not asked again
+            runs = known
+        else:
+            exp_id = choose_experiment(reader.experiments(), data.experiment)
+            runs, _ = reader.runs(exp_id, [STRATEGY_PARAM])
+            runs = runs[runs["run_id"].isin(set(data.runs["run_id"]))]
+        mine = _may_hold_artifacts(runs)
         ids, roots = mine["run_id"].astype(str), mine["artifact_uri"].astype(str)
         pairs = list(zip(ids, roots, strict=True))
         remote = hasattr(reader, "remote_artifact")
