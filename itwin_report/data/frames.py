@@ -1,8 +1,13 @@
 """Row order and joins of large frames computed on integer codes, never by comparing strings.
 
 A metrics frame holds millions of points keyed by run id strings; sorting or merging on those
-strings dominates the report's time. Factorizing a column once (a hash pass) and working on the
-codes gives the same rows in the same order.
+strings dominates the report's time, and holding them as Python strings its memory. The
+schema keeps such columns as categoricals (:func:`categorical`: text categories, sorted, each
+one used), so a column's codes are in the order of its values; other columns are factorized
+once (a hash pass). Working on the codes gives the same rows in the same order.
+
+Pandas before 3.0 groups a categorical by every category, present or not: every ``groupby``
+over such a column passes ``observed=True``.
 """
 
 from __future__ import annotations
@@ -15,12 +20,120 @@ import pandas as pd
 
 # the canonical order of metric points; the last column breaks the remaining ties
 METRIC_ORDER = ("run_id", "key", "step", "timestamp", "value")
+# the dtype of text: object holding str before pandas 3, pandas' own str from 3.0 on
+STR: Any = pd.Series(dtype="str").dtype
+
+
+def is_categorical(column: pd.Series | pd.Index) -> bool:
+    """Whether ``column`` holds a categorical."""
+    return isinstance(column.dtype, pd.CategoricalDtype)
+
+
+def categorical(column: pd.Series) -> pd.Categorical:
+    """``column`` as the schema's categorical: text categories, sorted, each one used.
+
+    Text as ``astype("str")`` gives it (a missing value becomes "nan"). A categorical that is
+    one already keeps its codes where it can: unused categories are dropped and the others
+    sorted by recoding, one pass over the codes (never a pass over strings).
+    """
+    if not is_categorical(column):
+        values = pd.Categorical(column.astype("str"))
+        if (values.codes < 0).any():  # pandas 3 keeps a missing value missing in text
+            values = pd.Categorical(column.astype(object).map(str).astype(STR))
+        return _compact(values)
+    values = column.array
+    assert isinstance(values, pd.Categorical)
+    categories = values.categories
+    if (values.codes < 0).any() or pd.api.types.infer_dtype(categories) != "string":
+        return categorical(pd.Series(np.asarray(values, dtype=object)).map(str))
+    if values.ordered:
+        values = values.as_unordered()
+    return _compact(values)
+
+
+def _compact(values: Any) -> pd.Categorical:
+    """``values`` with the categories it uses, sorted, as text (itself when they already are)."""
+    categories = values.categories
+    codes = values.codes
+    used = np.bincount(codes, minlength=len(categories)).astype(bool)
+    if categories.dtype != STR:
+        categories = categories.astype(STR)
+    if used.all() and categories.is_monotonic_increasing:
+        if categories is values.categories:
+            return values
+        return pd.Categorical.from_codes(codes, categories=categories)
+    order = np.arange(len(categories)) if categories.is_monotonic_increasing else None
+    if order is None:
+        order = categories.argsort(kind="stable")
+    order = order[used[order]]  # the used categories, in the order of their values
+    new = np.full(len(categories), -1, dtype=codes.dtype)
+    new[order] = np.arange(len(order), dtype=codes.dtype)
+    return pd.Categorical.from_codes(new[codes], categories=categories.take(order))
+
+
+def as_text(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its categorical columns as text (for a small table a reader sees)."""
+    wanted = {c: STR for c in frame.columns if is_categorical(frame[c])}
+    return frame.astype(wanted) if wanted else frame
+
+
+def present(column: pd.Series, where: np.ndarray | None = None) -> list[str]:
+    """The distinct values of ``column`` (in the rows ``where`` is True), sorted, as text;
+    found on a categorical's codes without a copy of the rows."""
+    if not is_categorical(column):
+        picked = column if where is None else column[where]
+        return sorted(str(v) for v in pd.unique(picked))
+    values = column.array
+    assert isinstance(values, pd.Categorical)
+    codes = values.codes if where is None else values.codes[where]
+    codes = codes[codes >= 0]
+    seen = np.bincount(codes, minlength=len(values.categories)).astype(bool)
+    return sorted(str(v) for v in values.categories[seen])
+
+
+def text_index(frame: pd.DataFrame | pd.Series) -> Any:
+    """``frame`` (grouped by a categorical: one row per run or job) with its index as text."""
+    index = frame.index
+    if isinstance(index, pd.MultiIndex):
+        levels = [lvl.astype(STR) if is_categorical(lvl) else lvl for lvl in index.levels]
+        out = frame.copy(deep=False)
+        out.index = index.set_levels(levels)  # type: ignore[arg-type]
+        return out
+    if not is_categorical(index):
+        return frame
+    out = frame.copy(deep=False)
+    out.index = index.astype(STR)
+    return out
+
+
+def coded(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
+    """(codes, values) of ``column``: ``values`` distinct and sorted, ``values[codes]`` the
+    column (-1: missing); a categorical's own codes when its categories are sorted."""
+    if is_categorical(column):
+        values = column.array
+        assert isinstance(values, pd.Categorical)
+        categories = values.categories
+        if categories.is_monotonic_increasing:
+            return values.codes, categories
+        order = categories.argsort(kind="stable")
+        rank = np.empty(len(order) + 1, dtype=np.int64)
+        rank[order] = np.arange(len(order))
+        rank[-1] = -1  # code -1 (missing) stays -1
+        return rank[values.codes], categories.take(order)
+    codes, uniques = pd.factorize(column, sort=True, use_na_sentinel=True)
+    return codes, pd.Index(uniques)
+
+
+def value_codes(column: pd.Series) -> np.ndarray:
+    """Integer codes of ``column``, equal where the values are equal and ordered as they are
+    (missing values last)."""
+    codes, _ = coded(column)
+    return np.where(codes < 0, np.iinfo(np.int64).max, codes.astype(np.int64))
 
 
 def sorted_codes(column: pd.Series) -> np.ndarray:
     """Codes of ``column`` whose order is the order of its values (missing values last)."""
-    codes, _ = pd.factorize(column, sort=True, use_na_sentinel=True)
-    return np.where(codes < 0, np.iinfo(np.int64).max, codes.astype(np.int64))
+    return value_codes(column)
 
 
 def _sort_keys(frame: pd.DataFrame, columns: Sequence[str]) -> list[np.ndarray]:
@@ -34,6 +147,10 @@ def _sort_keys(frame: pd.DataFrame, columns: Sequence[str]) -> list[np.ndarray]:
 def _pairs(column: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
     """(row < next row, row == next row) for a column; None when values do not compare."""
     values: Any = column.to_numpy() if _numeric(column) else column.array
+    if is_categorical(column):
+        values = value_codes(column)
+        if (values == np.iinfo(np.int64).max).any():
+            return None  # a missing value: the sort puts it last
     before, after = values[:-1], values[1:]
     try:
         less, same = before < after, before == after
@@ -66,6 +183,21 @@ def _numeric(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column.dtype)
 
 
+def renumbered(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` indexed 0..n-1, its columns shared (``reset_index`` copies them in pandas 2)."""
+    index = frame.index
+    if isinstance(index, pd.RangeIndex) and index.start == 0 and index.step == 1:
+        return frame
+    out = frame.copy(deep=False)
+    out.index = pd.RangeIndex(len(out))
+    return out
+
+
+def rows_where(frame: pd.DataFrame, keep: np.ndarray) -> pd.DataFrame:
+    """The rows of ``frame`` where ``keep`` is True: ``frame`` itself when that is every row."""
+    return frame if keep.all() else frame[keep]
+
+
 def sort_rows(frame: pd.DataFrame, columns: Sequence[str]) -> pd.DataFrame:
     """``frame`` sorted by ``columns`` (stable), indexed 0..n-1; itself when already sorted."""
     if _in_order(frame, columns):
@@ -87,7 +219,12 @@ def last_of_each(frame: pd.DataFrame, columns: Sequence[str]) -> np.ndarray:
     same = np.ones(len(frame) - 1, dtype=bool)
     for name in columns:
         column = frame[name]
-        values = column.to_numpy() if _numeric(column) else pd.factorize(column)[0]
+        if _numeric(column):
+            values = column.to_numpy()
+        elif is_categorical(column):
+            values = column.array.codes
+        else:
+            values = pd.factorize(column)[0]
         same &= values[:-1] == values[1:]
     repeated[:-1] = same
     return repeated
@@ -97,16 +234,25 @@ def join_runs(points: pd.DataFrame, runs: pd.DataFrame, columns: Sequence[str]) 
     """``points`` with ``columns`` of their run (matched on ``run_id``); points of no run go.
 
     The same rows as an inner merge on ``run_id`` when run ids are unique in ``runs``, with
-    the points' order kept.
+    the points' order kept; each column keeps its dtype in ``runs`` (a categorical stays one,
+    so that no text is copied per point), and the points' ``run_id`` keeps its own.
     """
     index = pd.Index(runs["run_id"])
     wanted = [c for c in columns if c != "run_id"]
     if not index.is_unique:
         return points.merge(runs[["run_id", *wanted]], on="run_id", how="inner")
-    codes, uniques = pd.factorize(points["run_id"])
-    where = index.get_indexer(uniques)
-    row = np.where(codes >= 0, where[codes] if len(where) else -1, -1)
+    column = points["run_id"]
+    if is_categorical(column):  # the categories looked up once, the codes never hashed
+        codes = column.array.codes
+        uniques = pd.Index(column.cat.categories)
+    else:
+        codes, uniques = pd.factorize(column)
+        uniques = pd.Index(uniques)
+    where = np.append(index.get_indexer(uniques), -1)
+    row = where[codes]  # a missing run id (code -1) takes the appended -1
     keep = row >= 0
     kept = points if keep.all() else points[keep]
     picked = runs[wanted].iloc[row[keep]]
-    return kept.reset_index(drop=True).assign(**{c: picked[c].array for c in wanted})
+    out = {c: kept[c].array for c in kept.columns}
+    out.update({c: picked[c].array for c in wanted})
+    return pd.DataFrame(out, copy=False)  # no copy of the points' columns

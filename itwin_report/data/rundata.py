@@ -27,7 +27,13 @@ end_time            float    the worker run's end, ms since the epoch (NaN while
 ==================  =======  =============================================================
 
 ``metrics``: long format, one row per logged point of the keys in :data:`METRIC_KEYS`.
-Columns ``run_id, key, step (int), value (float), timestamp (int, ms)``.
+Columns ``run_id, key, step (int), value (float), timestamp (int, ms)``. ``run_id`` and
+``key`` are categoricals (dtype ``category``): their categories are the distinct values present,
+as text, sorted, so that millions of points hold integer codes instead of strings and the codes
+are in the order of the values. Every reader gives this same frame; a frame handed over with
+those columns as text (or as other categoricals) is converted. Code that groups, pivots or
+unstacks by them passes ``observed=True`` (pandas before 3.0 would make a group of every
+category), and a filtered slice may hold fewer values than its categories.
 
 ``profiles``: rows of the ``torch_profiling_averages.csv`` artifacts.
 Columns ``run_id, name, self_cuda_time_total (float, microseconds)`` and the CSV's own
@@ -49,8 +55,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from itwin_report.data.frames import STR, categorical
 from itwin_report.util.notes import Note
 
 # metric keys the report reads
@@ -104,9 +112,10 @@ RUN_COLUMNS: dict[str, str] = {
     "start_time": "float64",
     "end_time": "float64",
 }
+CATEGORY = "category"  # text held as codes: see the module docs
 METRIC_COLUMNS: dict[str, str] = {
-    "run_id": "str",
-    "key": "str",
+    "run_id": CATEGORY,
+    "key": CATEGORY,
     "step": "int64",
     "value": "float64",
     "timestamp": "int64",
@@ -161,7 +170,13 @@ FRAMES: dict[str, dict[str, str]] = {
 
 def empty_frame(columns: dict[str, str]) -> pd.DataFrame:
     """An empty frame with the given columns and dtypes."""
-    return pd.DataFrame({name: pd.Series(dtype=dtype) for name, dtype in columns.items()})
+    return pd.DataFrame({name: _empty(dtype) for name, dtype in columns.items()})
+
+
+def _empty(dtype: str) -> pd.Series:
+    if dtype == CATEGORY:  # no categories, of the text dtype the filled column has
+        return pd.Series(pd.Categorical([], categories=pd.Index([], dtype=STR)))
+    return pd.Series(dtype=dtype)
 
 
 def conform(frame: pd.DataFrame, columns: dict[str, str], what: str) -> pd.DataFrame:
@@ -180,10 +195,22 @@ def conform(frame: pd.DataFrame, columns: dict[str, str], what: str) -> pd.DataF
         return empty_frame(columns)
     if _conforms(frame, columns):
         return frame  # frames are never changed in place, so sharing one is safe
-    out = frame.loc[:, list(columns)].copy()
-    for name, dtype in columns.items():
-        out[name] = out[name].astype(dtype)  # type: ignore[call-overload]
-    return out.reset_index(drop=True)
+    out = {name: _cast(frame[name], dtype) for name, dtype in columns.items()}
+    return pd.DataFrame(out, copy=False)  # a column already right is shared, not copied
+
+
+def _cast(column: pd.Series, dtype: str) -> Any:
+    """``column``'s values in ``dtype`` (the column's own array when it is in it already)."""
+    if dtype == CATEGORY:
+        return categorical(column)
+    wanted = pd.Series(dtype=dtype).dtype
+    if column.dtype == wanted and (wanted.kind != "O" or _all_text(column)):
+        return column.to_numpy(copy=False) if wanted.kind != "O" else column.array
+    return column.astype(dtype).array  # type: ignore[call-overload]
+
+
+def _all_text(column: pd.Series) -> bool:
+    return pd.api.types.infer_dtype(column, skipna=False) in ("string", "empty")
 
 
 def _conforms(frame: pd.DataFrame, columns: dict[str, str]) -> bool:
@@ -195,12 +222,33 @@ def _conforms(frame: pd.DataFrame, columns: dict[str, str]) -> bool:
         return False
     for name, dtype in columns.items():
         column = frame[name]
+        if dtype == CATEGORY:
+            if not _canonical(column):
+                return False
+            continue
         wanted = pd.Series(dtype=dtype).dtype
         if column.dtype != wanted:
             return False
         if wanted.kind == "O" and pd.api.types.infer_dtype(column, skipna=False) != "string":
             return False  # pandas 2 keeps str in object columns: every value must be one
     return True
+
+
+def _canonical(column: pd.Series) -> bool:
+    """Whether ``column`` is a categorical as the schema has it: unordered, no missing value,
+    text categories, sorted, each one used (one pass over the codes)."""
+    values = column.array
+    if not isinstance(values, pd.Categorical) or values.ordered:
+        return False
+    categories = values.categories
+    if categories.dtype != STR or not categories.is_monotonic_increasing:
+        return False
+    if len(categories) and pd.api.types.infer_dtype(categories) != "string":
+        return False
+    codes = values.codes
+    if len(codes) and codes.min() < 0:
+        return False
+    return bool(np.bincount(codes, minlength=len(categories)).all())
 
 
 @dataclass
@@ -278,8 +326,9 @@ def _note(saved: object) -> str:
 
 
 def _read_csv(path: Path, columns: dict[str, str]) -> pd.DataFrame:
-    """One saved frame: text columns read verbatim ("" stays "", "nan" stays "nan")."""
-    text = [c for c, t in columns.items() if t == "str"]
+    """One saved frame: text columns read verbatim ("" stays "", "nan" stays "nan"); a
+    categorical column is read as text and becomes one again in :class:`RunData`."""
+    text = [c for c, t in columns.items() if t in ("str", CATEGORY)]
     numeric = [c for c in columns if c not in text]
     frame = pd.read_csv(
         path,

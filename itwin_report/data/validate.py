@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from itwin_report.data.frames import last_of_each, sort_rows
+from itwin_report.data.frames import last_of_each, renumbered, rows_where, sort_rows
 from itwin_report.data.rundata import (
     EPOCH_TIME,
     GLOBAL_RATE,
@@ -296,9 +296,9 @@ def validate(data: RunData) -> RunData:
     notes = _Notes(data.runs)
     notes.warnings = run_warnings
     kept = set(runs["run_id"])
-    metrics = _valid_metrics(data.metrics[data.metrics["run_id"].isin(kept)], notes)
-    profiles = _valid_profiles(data.profiles[data.profiles["run_id"].isin(kept)], runs, notes)
-    performance = _valid_performance(data.performance[data.performance["run_id"].isin(kept)], notes)
+    metrics = _valid_metrics(_of_runs(data.metrics, kept), notes)
+    profiles = _valid_profiles(_of_runs(data.profiles, kept), runs, notes)
+    performance = _valid_performance(_of_runs(data.performance, kept), notes)
     return RunData(
         experiment=data.experiment,
         tracking_uri=data.tracking_uri,
@@ -308,6 +308,11 @@ def validate(data: RunData) -> RunData:
         performance=performance,
         warnings=[*data.warnings, *notes.warnings],
     )
+
+
+def _of_runs(frame: pd.DataFrame, kept: set[str]) -> pd.DataFrame:
+    """The rows of ``frame`` whose run is kept (the frame itself, not a copy, when all are)."""
+    return rows_where(frame, frame["run_id"].isin(kept).to_numpy(dtype=bool))
 
 
 def _valid_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
@@ -383,7 +388,7 @@ def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
             metrics["run_id"][wrong],
         )
         keep &= ~wrong
-    out = metrics if keep.all() else metrics[keep]
+    out = rows_where(metrics, keep)  # no copy of the points when every one is valid
     # only after the range checks: a repeated point that is invalid never hides a valid one
     order = sort_rows(out, ["run_id", "key", "step", "timestamp"])
     dup = last_of_each(order, ["run_id", "key", "step"])
@@ -393,7 +398,7 @@ def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
         "logged value is kept)",
         order["run_id"][dup],
     )
-    return (order[~dup] if dup.any() else order).reset_index(drop=True)
+    return renumbered(rows_where(order, ~dup))
 
 
 def _valid_profiles(profiles: pd.DataFrame, runs: pd.DataFrame, notes: _Notes) -> pd.DataFrame:

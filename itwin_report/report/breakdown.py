@@ -25,11 +25,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
+from itwin_report.data.frames import coded, join_runs, text_index, value_codes
 from itwin_report.data.rundata import EPOCH_TIME, RATE, RunData
 from itwin_report.report import specs
-from itwin_report.report.common import configurations, finish
+from itwin_report.report.common import coded_runs, configurations, finish
 from itwin_report.report.rates import steady_rate_of
 from itwin_report.report.stragglers import COLUMNS as METRIC_STRAGGLER_COLUMNS
 from itwin_report.traces.kinds import PERCENTS, SECONDS
@@ -101,15 +103,18 @@ def job_times(data: RunData) -> pd.DataFrame:
     One pass over the points of the two keys it needs, grouped once (never a scan per job).
     """
     runs = data.runs.drop_duplicates("run_id")
-    wanted = data.metrics[data.metrics["key"].isin([EPOCH_TIME, RATE])]
-    metrics = wanted.merge(runs[["run_id", "job_id"]], on="run_id")
+    keys = data.metrics["key"]
+    wanted = data.metrics[keys.isin([EPOCH_TIME, RATE]).to_numpy(dtype=bool)]
+    metrics = join_runs(wanted, coded_runs(runs[["run_id", "job_id"]], ("job_id",)), ["job_id"])
     # epochs: the lowest run (rank) of the job that logged them
     epochs = metrics[metrics["key"] == EPOCH_TIME]
-    first_run = epochs.groupby("job_id")["run_id"].transform("min")
-    epochs = epochs[epochs["run_id"] == first_run].groupby("job_id")["value"].agg(["sum", "size"])
+    run_codes = pd.Series(value_codes(epochs["run_id"]), index=epochs.index)
+    first_run = run_codes.groupby(epochs["job_id"], observed=True).transform("min")
+    firsts = epochs[run_codes == first_run].groupby("job_id", observed=True)["value"]
+    epochs = text_index(firsts.agg(["sum", "size"]))
     rates = metrics[metrics["key"] == RATE]
-    rate_runs = dict(list(rates.groupby("run_id", sort=False)))
-    rate_run_of = rates.groupby("job_id")["run_id"].min()
+    rate_runs = dict(list(rates.groupby("run_id", sort=False, observed=True)))
+    rate_run_of = _lowest_run(rates)
     walls = (
         data.performance.merge(runs[["run_id", "job_id"]], on="run_id")
         .groupby("job_id")["total_time"]
@@ -142,6 +147,14 @@ def job_times(data: RunData) -> pd.DataFrame:
     return pd.DataFrame(
         rows, columns=["job_id", "strategy", "workers", "wall_s", "epochs_s", "steady_s"]
     )
+
+
+def _lowest_run(points: pd.DataFrame) -> pd.Series:
+    """Per job (indexed by its id, as text): the lowest id of its runs that have ``points``."""
+    codes, ids = coded(points["run_id"])  # in the order of the ids: the lowest code is theirs
+    lowest = pd.Series(codes, index=points.index).groupby(points["job_id"], observed=True).min()
+    named = ids.astype(object)[lowest.to_numpy(dtype=np.int64)]
+    return text_index(pd.Series(named, index=lowest.index))
 
 
 def _job_rate(rate: pd.DataFrame, workers: int) -> float:

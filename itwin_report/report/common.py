@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pandas as pd
 
-from itwin_report.data.frames import METRIC_ORDER, join_runs, sort_rows
+from itwin_report.data.frames import METRIC_ORDER, categorical, join_runs, sort_rows
 from itwin_report.data.rundata import RunData
 from itwin_report.report.specs import DTYPES
 
 CONFIG = ["strategy", "workers"]
+# the runs' text columns that :func:`points` joins to every point, as categoricals
+TEXT_OF_POINTS = ("job_id", "strategy")
 
 
 def empty_table(columns: list[str]) -> pd.DataFrame:
@@ -55,16 +57,26 @@ def configurations(runs: pd.DataFrame) -> list[tuple[str, int]]:
     return sorted(pairs)
 
 
+def coded_runs(runs: pd.DataFrame, columns: tuple[str, ...] = TEXT_OF_POINTS) -> pd.DataFrame:
+    """``runs`` with ``columns`` as categoricals: joined to points, they hold codes, not text."""
+    return runs.assign(**{c: categorical(runs[c]) for c in columns})
+
+
 def points(data: RunData, key: str) -> pd.DataFrame:
-    """Points (run, step, value) of ``key`` with their worker run's job, configuration, rank."""
+    """Points (run, step, value) of ``key`` with their worker run's job, configuration, rank.
+
+    ``run_id``, ``job_id`` and ``strategy`` are categoricals (codes, not one string per
+    point), whose categories may include runs and jobs without a point of ``key``: group
+    by them with ``observed=True``.
+    """
     metric = data.metrics.loc[data.metrics["key"] == key, ["run_id", "step", "value"]]
     cols = ["run_id", "job_id", "strategy", "workers", "rank", "probing_interval"]
-    return join_runs(metric, data.runs, cols)
+    return join_runs(metric, coded_runs(data.runs[cols]), cols)
 
 
 def lowest_rank_points(frame: pd.DataFrame) -> pd.DataFrame:
     """Keep, per job, only the points of the lowest rank that logged any."""
     if frame.empty:
         return frame
-    low = frame.groupby("job_id")["rank"].transform("min")
+    low = frame.groupby("job_id", observed=True)["rank"].transform("min")
     return frame[frame["rank"] == low]

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.analysis.intervals import mean_interval, run_groups
+from itwin_report.data.frames import text_index
 from itwin_report.data.rundata import RunData
 from itwin_report.data.validate import check_option
 from itwin_report.report.epoch_time import epoch_points
@@ -83,7 +84,7 @@ def currency_ok(text: str) -> bool:
 def _job_frame(data: RunData, given_spe: float | None) -> pd.DataFrame:
     """Per job: configuration, training time (sum of all epoch times), samples per epoch."""
     jobs = data.runs.drop_duplicates("job_id").set_index("job_id")[["strategy", "workers"]]
-    times = epoch_points(data).groupby("job_id")["value"].sum()
+    times = text_index(epoch_points(data).groupby("job_id", observed=True)["value"].sum())
     jobs = jobs.assign(train_s=times.reindex(jobs.index))
     spe, _ = samples_per_epoch(data, given_spe)
     jobs["spe"] = spe.set_index("job_id")["samples_per_epoch"].reindex(jobs.index)

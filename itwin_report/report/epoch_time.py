@@ -6,6 +6,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.analysis.intervals import add_intervals
+from itwin_report.data.frames import as_text
 from itwin_report.data.rundata import EPOCH_TIME, RunData
 from itwin_report.report import baseline as base_rule
 from itwin_report.report import specs as tables
@@ -40,8 +41,8 @@ def epoch_time_table(
     kept = after_warmup(epochs, warmup_epochs)
     warnings = _warmup_warnings(epochs, kept, warmup_epochs)
     rows = []
-    for (strategy, _), group in kept.groupby(["strategy", "workers"], sort=True):
-        run_means = group.groupby("job_id")["value"].mean()
+    for (strategy, _), group in kept.groupby(["strategy", "workers"], sort=True, observed=True):
+        run_means = group.groupby("job_id", observed=True)["value"].mean()
         std = float(np.std(run_means.to_numpy(), ddof=1)) if len(run_means) > 1 else np.nan
         rows.append(
             {
@@ -97,9 +98,10 @@ def run_means_table(data: RunData, warmup_epochs: int = 1) -> pd.DataFrame:
     kept = after_warmup(epoch_points(data), warmup_epochs)
     if kept.empty:
         return finish([], RUN_COLUMNS).astype({"job_id": "str"})
-    means = kept.groupby(["strategy", "workers", "job_id"], as_index=False).agg(
+    means = kept.groupby(["strategy", "workers", "job_id"], as_index=False, observed=True).agg(
         avg_epoch_time_s=("value", "mean")
     )
+    means = as_text(means)  # one row per job: its text as text again
     means["workers"] = means["workers"].astype("int64")
     return means.sort_values(["strategy", "workers", "job_id"], kind="stable").reset_index(
         drop=True

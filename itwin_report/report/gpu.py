@@ -23,6 +23,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.analysis.intervals import mean_interval
+from itwin_report.data.frames import present, rows_where, text_index
 from itwin_report.data.rundata import GPU_ENERGY, GPU_POWER, GPU_UTIL, RunData
 from itwin_report.report import specs as tables
 from itwin_report.report.common import configurations, finish, label, points
@@ -50,9 +51,10 @@ def sample_interval(power: pd.DataFrame) -> float:
 def sampled_energy(power: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     """Energy (Wh) per worker run from its power samples: sum(power) * interval / 3600."""
     warnings: list[str] = []
-    per_run = power.groupby("run_id", sort=True).agg(
+    per_run = power.groupby("run_id", sort=True, observed=True).agg(
         interval=("probing_interval", "first"), watts=("value", "sum")
     )
+    per_run = text_index(per_run)
     for run_id in per_run.index[per_run["interval"].isna()]:
         interval = sample_interval(power[power["run_id"] == run_id])
         how = f"{interval:g} s from the sample steps" if interval == interval else "unknown"
@@ -68,22 +70,22 @@ def counter_energy(counter: pd.DataFrame) -> pd.DataFrame:
     ``counter``: the runs' ``gpu_energy_J`` points in step order. Each interval adds the
     difference of its readings; after a reset (a lower reading) it adds the new reading.
     """
-    by_run = counter.groupby("run_id", sort=True)["value"]
+    by_run = counter.groupby("run_id", sort=True, observed=True)["value"]
     step = by_run.diff()
     reset = step < 0
     # the sum of the non-negative steps and of the readings after resets, written as
     # last - first plus what each reset adds, so that a run without resets is exactly last - first
     extra = (counter["value"] - step).where(reset, 0.0)
     run = counter["run_id"]
-    joules = by_run.last() - by_run.first() + extra.groupby(run, sort=True).sum()
+    joules = by_run.last() - by_run.first() + extra.groupby(run, sort=True, observed=True).sum()
     out = pd.DataFrame(
         {
             "energy_wh": joules / 3600.0,
-            "resets": reset.groupby(run, sort=True).sum(),
+            "resets": reset.groupby(run, sort=True, observed=True).sum(),
             "readings": by_run.size(),
         }
     )
-    return out[out["readings"] >= 2]
+    return text_index(out[out["readings"] >= 2])
 
 
 def gpu_keys(runs: pd.DataFrame) -> pd.Series:
@@ -128,11 +130,11 @@ def repeated_gpus(runs: pd.DataFrame, measured: set[str]) -> tuple[set[str], lis
 def run_energy(data: RunData, skip: set[str]) -> tuple[pd.DataFrame, list[str]]:
     """Per worker run with GPU energy: job, rank, energy_wh and its source; warnings."""
     power = points(data, GPU_POWER)
-    power = power[~power["run_id"].isin(skip)]
+    power = _without(power, skip)
     sampled, warnings = sampled_energy(power)
     del power
     counter = points(data, GPU_ENERGY)
-    counter = counter[~counter["run_id"].isin(skip)]
+    counter = _without(counter, skip)
     counted = counter_energy(counter)
     both = sampled.index.intersection(counted.index)
     energy = pd.concat(
@@ -190,7 +192,7 @@ def job_energy(energy: pd.DataFrame) -> pd.DataFrame:
 
 def _config_stats(frame: pd.DataFrame) -> dict[tuple[str, int], tuple[float, set[str]]]:
     """Per configuration: (mean sample value, the jobs that have samples)."""
-    stats = frame.groupby(["strategy", "workers"]).agg(
+    stats = frame.groupby(["strategy", "workers"], observed=True).agg(
         mean=("value", "mean"), jobs=("job_id", "unique")
     )
     return {
@@ -199,10 +201,14 @@ def _config_stats(frame: pd.DataFrame) -> dict[tuple[str, int], tuple[float, set
     }
 
 
+def _without(points: pd.DataFrame, runs: set[str]) -> pd.DataFrame:
+    """``points`` less those of ``runs`` (the frame itself when none is theirs)."""
+    return rows_where(points, ~points["run_id"].isin(runs).to_numpy(dtype=bool))
+
+
 def _measured_runs(data: RunData) -> set[str]:
-    keys = data.metrics["key"]
-    wanted = keys.isin([GPU_POWER, GPU_UTIL, GPU_ENERGY])
-    return {str(r) for r in data.metrics.loc[wanted, "run_id"].unique()}
+    wanted = data.metrics["key"].isin([GPU_POWER, GPU_UTIL, GPU_ENERGY]).to_numpy(dtype=bool)
+    return set(present(data.metrics["run_id"], wanted))
 
 
 def _source(sources: pd.Series) -> str:
@@ -225,11 +231,11 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
     per_job = per_job.join(jobs_of[["strategy", "workers"]])
     del energy
     power = points(data, GPU_POWER)
-    power_stats = _config_stats(power[~power["run_id"].isin(skip)])
+    power_stats = _config_stats(_without(power, skip))
     del power
     util = points(data, GPU_UTIL)
-    util_stats = _config_stats(util[~util["run_id"].isin(skip)])
-    epochs_per_job = epoch_points(data).groupby("job_id").size()
+    util_stats = _config_stats(_without(util, skip))
+    epochs_per_job = text_index(epoch_points(data).groupby("job_id", observed=True).size())
     per_job["epochs"] = epochs_per_job.reindex(per_job.index).astype("float64")
     per_job["coverage"] = (per_job["ranks"] / per_job["workers"]).clip(upper=1.0)
     per_job["scaled_wh"] = per_job["energy_wh"] / per_job["coverage"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from itwin_report.data.frames import present, text_index
 from itwin_report.data.rundata import GLOBAL_RATE, RATE, RunData
 from itwin_report.report.common import label
 from itwin_report.report.rates import steady_rate
@@ -22,8 +23,8 @@ def empty_series() -> pd.DataFrame:
 
 
 def _runs_with(data: RunData, key: str) -> list[str]:
-    """The distinct run ids that logged ``key`` (found in C, then a short list)."""
-    return [str(r) for r in pd.unique(data.metrics.loc[data.metrics["key"] == key, "run_id"])]
+    """The distinct run ids that logged ``key`` (found on the codes, then a short list)."""
+    return present(data.metrics["run_id"], (data.metrics["key"] == key).to_numpy(dtype=bool))
 
 
 def default_config(data: RunData) -> tuple[str, int] | None:
@@ -82,11 +83,9 @@ def rate_series(
 
 def _first_run_lowest_rank(data: RunData, runs: pd.DataFrame) -> str:
     """The lowest-rank worker (with rate points) of the job whose points start first."""
-    starts = (
-        data.metrics[data.metrics["run_id"].isin(runs["run_id"])]
-        .groupby("run_id")["timestamp"]
-        .min()
-    )
+    metrics = data.metrics
+    mine = metrics.loc[metrics["run_id"].isin(runs["run_id"]).to_numpy(dtype=bool)]
+    starts = text_index(mine.groupby("run_id", observed=True)["timestamp"].min())
     jobs = runs.assign(start=runs["run_id"].map(starts))
     job_start = jobs.groupby("job_id")["start"].min().reset_index().sort_values(["start", "job_id"])
     first_job = job_start["job_id"].iloc[0]

@@ -12,7 +12,9 @@ from __future__ import annotations
 import pandas as pd
 
 from itwin_report.analysis.outliers import MIN_RANKS, lagging
+from itwin_report.data.frames import join_runs, text_index
 from itwin_report.data.rundata import EPOCH_TIME, GPU_UTIL, RATE, RunData
+from itwin_report.report.common import coded_runs
 
 # (metric key, words, unit, lower is slower)
 MEASURES = (
@@ -27,13 +29,14 @@ def metric_stragglers(data: RunData) -> pd.DataFrame:
     """One row per straggling rank or node per job and measure (empty when none lags)."""
     runs = data.runs[["run_id", "job_id", "strategy", "workers", "rank", "hostname"]]
     keys = [key for key, *_ in MEASURES]
-    wanted = data.metrics[data.metrics["key"].isin(keys)]
-    # one mean per (job, key, rank), computed in one grouping (never a scan per job)
-    means_all = (
-        wanted.merge(runs[["run_id", "job_id", "rank"]], on="run_id", how="inner")
-        .groupby(["job_id", "key", "rank"])["value"]
-        .mean()
-    )
+    metrics = data.metrics
+    wanted = metrics.loc[metrics["key"].isin(keys).to_numpy(dtype=bool), ["run_id", "key", "value"]]
+    # one mean per (job, key, rank), computed in one grouping (never a scan per job), on codes
+    columns = ["run_id", "job_id", "rank"]
+    joined = join_runs(wanted, coded_runs(runs[columns], ("job_id",)), columns)
+    del wanted
+    means_all = text_index(joined.groupby(["job_id", "key", "rank"], observed=True)["value"].mean())
+    del joined
     by_job = {str(job): part.droplevel(0) for job, part in means_all.groupby(level=0)}
     rows = []
     for (job, strategy, workers), ranks in runs.groupby(

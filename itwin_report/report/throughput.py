@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
+from itwin_report.data.frames import as_text, coded
 from itwin_report.data.performance_json import merge_records
 from itwin_report.data.rundata import PERFORMANCE_FIELDS, RATE, TRAIN_LOSS_EPOCH, RunData
 from itwin_report.report import baseline as base_rule
@@ -90,7 +91,7 @@ def rate_jobs(data: RunData) -> pd.DataFrame:
     One sort of all Rate points, then each run's steady rate on numpy slices of it.
     """
     rate = points(data, RATE).sort_values(["run_id", "step", "value"], kind="stable")
-    run_ids = rate["run_id"].to_numpy(dtype=object)
+    run_ids, _ = coded(rate["run_id"])
     steps = rate["step"].to_numpy(dtype=float)
     values = rate["value"].to_numpy(dtype=float)
     changes = np.r_[True, run_ids[1:] != run_ids[:-1]] if len(rate) else np.zeros(0, bool)
@@ -147,7 +148,8 @@ def samples_per_epoch(data: RunData, given: float | None = None) -> tuple[pd.Dat
     batch = data.runs.dropna(subset=["batch_size"]).drop_duplicates("job_id")
     batch_size = dict(zip(batch["job_id"], batch["batch_size"], strict=True))
     losses = lowest_rank_points(points(data, TRAIN_LOSS_EPOCH))
-    steps = {job: g["step"].to_numpy() for job, g in losses.groupby("job_id", sort=False)}
+    by_job = losses.groupby("job_id", sort=False, observed=True)
+    steps = {str(job): g["step"].to_numpy() for job, g in by_job}
     missing: dict[str, str] = {}
     for job, workers in zip(jobs["job_id"], jobs["workers"], strict=True):
         if job in set(logged["job_id"]):
@@ -172,7 +174,8 @@ def epoch_jobs(
     """Per job: samples per epoch / mean epoch time after warm-up (with ``derived``), and per
     job without samples per epoch what is missing."""
     kept = after_warmup(epoch_points(data), warmup_epochs)
-    mean_time = kept.groupby(["job_id", "strategy", "workers"], as_index=False)["value"].mean()
+    by_job = kept.groupby(["job_id", "strategy", "workers"], as_index=False, observed=True)
+    mean_time = as_text(by_job["value"].mean())  # type: ignore[arg-type]
     spe, missing = samples_per_epoch(data, given)
     merged = mean_time.merge(spe, on="job_id", how="inner")
     merged["sps"] = merged["samples_per_epoch"] / merged["value"]

@@ -26,6 +26,7 @@ from urllib.parse import quote, unquote
 import numpy as np
 import pandas as pd
 
+from itwin_report.data.frames import STR
 from itwin_report.data.rundata import METRIC_KEYS
 from itwin_report.store.rest import (
     ARTIFACTS_PATH,
@@ -133,8 +134,8 @@ def combine(frames: list[pd.DataFrame], run_ids: Sequence[str]) -> pd.DataFrame:
     frames = [f for f in frames if not f.empty]
     if not frames:
         return pd.DataFrame(columns=METRIC_FRAME)
-    runs = pd.Index(sorted(set(run_ids)))
-    keys = pd.Index(sorted({k for f in frames for k in f["key"].unique()}))
+    runs = pd.Index(sorted(set(run_ids)), dtype=STR)
+    keys = pd.Index(sorted({k for f in frames for k in f["key"].unique()}), dtype=STR)
     run_codes = np.concatenate(
         [runs.get_indexer(pd.Index(f["run_id"].astype(str))) for f in frames]
     )

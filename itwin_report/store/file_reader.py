@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
+from itwin_report.data.frames import STR
 from itwin_report.data.rundata import METRIC_KEYS
 from itwin_report.store.tree import PARENT_TAG, RAW_RUN_COLUMNS, listed_names
 from itwin_report.store.uri import require_file_store
@@ -176,8 +177,10 @@ class FileStoreReader:
             return pd.DataFrame(columns=["run_id", "key", "step", "value", "timestamp"])
         table = _parse_points(lines)
         repeat = np.asarray(counts)
-        table["run_id"] = np.repeat([o[0] for o in owners], repeat)
-        table["key"] = np.repeat([o[1] for o in owners], repeat)
+        for at, column in enumerate(("run_id", "key")):  # as the schema's categoricals
+            names = pd.Index(sorted({o[at] for o in owners}), dtype=STR)
+            codes = names.get_indexer(pd.Index([o[at] for o in owners]))
+            table[column] = pd.Categorical.from_codes(np.repeat(codes, repeat), categories=names)
         bad = table["timestamp"].isna() | table["step"].isna()
         if bad.any():
             runs = [str(r)[:8] for r in table.loc[bad, "run_id"]]
