@@ -20,7 +20,13 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from itwin_report.data.frames import STR
+
 RADIX_BITS = 16  # numpy sorts 16-bit integers stably by radix: linear, not n log n
+# parts are joined into chunks of this many points as they arrive: a batch's small arrays are
+# freed and their memory reused for the next batches, instead of thousands of them scattering
+# the heap (memory the process would keep after they are joined into the frame)
+CHUNK_POINTS = 1 << 21
 
 
 def stable_order(codes: np.ndarray) -> np.ndarray:
@@ -82,6 +88,8 @@ class PointParts:
     run_ids: Sequence[str]  # sorted: a run's code is its position
     keys: Sequence[str]  # sorted: a key's code is its position
     _parts: list[tuple[np.ndarray, ...]] = field(default_factory=list, init=False)
+    _pending: list[tuple[np.ndarray, ...]] = field(default_factory=list, init=False)
+    _pending_points: int = field(default=0, init=False)
 
     def add(
         self,
@@ -104,7 +112,7 @@ class PointParts:
         if not len(runs):
             return
         key_codes = np.full(len(runs), keys, dtype=np.int16) if isinstance(keys, int) else keys
-        self._parts.append(
+        self._pending.append(
             (
                 runs.astype(np.int32, copy=False),
                 key_codes.astype(np.int16, copy=False),
@@ -114,12 +122,22 @@ class PointParts:
                 bad.astype(bool, copy=False),
             )
         )
+        self._pending_points += len(runs)
+        if self._pending_points >= CHUNK_POINTS:
+            self._flush()
+
+    def _flush(self) -> None:
+        """The parts that arrived since the last chunk, joined into one."""
+        if self._pending:
+            self._parts.append(tuple(np.concatenate(c) for c in zip(*self._pending, strict=True)))
+        self._pending, self._pending_points = [], 0
 
     def __len__(self) -> int:
-        return sum(len(p[0]) for p in self._parts)
+        return sum(len(p[0]) for p in self._parts) + self._pending_points
 
     def _column(self, at: int) -> np.ndarray:
         """One column of every part, joined; the parts' arrays are released."""
+        self._flush()
         arrays = [p[at] for p in self._parts]
         self._parts = [(*p[:at], np.empty(0), *p[at + 1 :]) for p in self._parts]
         if not arrays:
@@ -146,10 +164,10 @@ class PointParts:
         frame = pd.DataFrame(
             {
                 "run_id": pd.Categorical.from_codes(
-                    (group // width).astype(np.int32), categories=pd.Index(self.run_ids)
+                    (group // width).astype(np.int32), categories=pd.Index(self.run_ids, dtype=STR)
                 ),
                 "key": pd.Categorical.from_codes(
-                    (group % width).astype(np.int16), categories=pd.Index(self.keys)
+                    (group % width).astype(np.int16), categories=pd.Index(self.keys, dtype=STR)
                 ),
                 "step": data["step"],
                 "value": data["value"],
