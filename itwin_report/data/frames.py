@@ -251,8 +251,10 @@ def join_runs(points: pd.DataFrame, runs: pd.DataFrame, columns: Sequence[str]) 
     where = np.append(index.get_indexer(uniques), -1)
     row = where[codes]  # a missing run id (code -1) takes the appended -1
     keep = row >= 0
-    kept = points if keep.all() else points[keep]
-    picked = runs[wanted].iloc[row[keep]]
+    if keep.all():
+        kept = points
+    else:
+        kept, row = points[keep], row[keep]
     out = {c: kept[c].array for c in kept.columns}
-    out.update({c: picked[c].array for c in wanted})
+    out.update({c: runs[c].array.take(row) for c in wanted})  # a column at a time
     return pd.DataFrame(out, copy=False)  # no copy of the points' columns

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import pandas as pd
 
 from itwin_report.data.frames import METRIC_ORDER, categorical, join_runs, sort_rows
@@ -62,16 +64,27 @@ def coded_runs(runs: pd.DataFrame, columns: tuple[str, ...] = TEXT_OF_POINTS) ->
     return runs.assign(**{c: categorical(runs[c]) for c in columns})
 
 
-def points(data: RunData, key: str) -> pd.DataFrame:
-    """Points (run, step, value) of ``key`` with their worker run's job, configuration, rank.
+POINT_COLUMNS = (
+    *("run_id", "step", "value"),
+    *("job_id", "strategy", "workers", "rank", "probing_interval"),
+)
+
+
+def points(data: RunData, key: str, columns: Sequence[str] = POINT_COLUMNS) -> pd.DataFrame:
+    """Points (run, step, value) of ``key`` with their worker run's job, configuration, rank
+    and probing interval; only ``columns`` of them (a table asks for what it reads: each
+    column is one number per point). Points of runs that are not worker runs are left out.
 
     ``run_id``, ``job_id`` and ``strategy`` are categoricals (codes, not one string per
     point), whose categories may include runs and jobs without a point of ``key``: group
     by them with ``observed=True``.
     """
-    metric = data.metrics.loc[data.metrics["key"] == key, ["run_id", "step", "value"]]
-    cols = ["run_id", "job_id", "strategy", "workers", "rank", "probing_interval"]
-    return join_runs(metric, coded_runs(data.runs[cols]), cols)
+    own = [c for c in ("run_id", "step", "value") if c in columns or c == "run_id"]
+    metric = data.metrics.loc[(data.metrics["key"] == key).to_numpy(dtype=bool), own]
+    of_run = ["run_id", *(c for c in columns if c not in own)]
+    text = tuple(c for c in TEXT_OF_POINTS if c in of_run)
+    out = join_runs(metric, coded_runs(data.runs[of_run], text), of_run)
+    return out if "run_id" in columns else out.drop(columns="run_id")
 
 
 def lowest_rank_points(frame: pd.DataFrame) -> pd.DataFrame:

@@ -35,6 +35,9 @@ COLUMNS = tables.GPU.names
 COUNTER, SAMPLES = "energy counter", "power samples"
 SOURCES = (COUNTER, SAMPLES)
 MIXED = "counter and samples"
+# what each use of a key's points reads of them (each column is one number per point)
+SAMPLE_COLUMNS = ["run_id", "step", "value", "probing_interval"]
+CONFIG_COLUMNS = ["run_id", "value", "job_id", "strategy", "workers"]
 
 
 def sample_interval(power: pd.DataFrame) -> float:
@@ -129,12 +132,10 @@ def repeated_gpus(runs: pd.DataFrame, measured: set[str]) -> tuple[set[str], lis
 
 def run_energy(data: RunData, skip: set[str]) -> tuple[pd.DataFrame, list[str]]:
     """Per worker run with GPU energy: job, rank, energy_wh and its source; warnings."""
-    power = points(data, GPU_POWER)
-    power = _without(power, skip)
+    power = _without(points(data, GPU_POWER, SAMPLE_COLUMNS), skip)
     sampled, warnings = sampled_energy(power)
     del power
-    counter = points(data, GPU_ENERGY)
-    counter = _without(counter, skip)
+    counter = _without(points(data, GPU_ENERGY, ["run_id", "step", "value"]), skip)
     counted = counter_energy(counter)
     both = sampled.index.intersection(counted.index)
     energy = pd.concat(
@@ -230,10 +231,10 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
     jobs_of = data.runs.drop_duplicates("job_id").set_index("job_id")
     per_job = per_job.join(jobs_of[["strategy", "workers"]])
     del energy
-    power = points(data, GPU_POWER)
+    power = points(data, GPU_POWER, CONFIG_COLUMNS)
     power_stats = _config_stats(_without(power, skip))
     del power
-    util = points(data, GPU_UTIL)
+    util = points(data, GPU_UTIL, CONFIG_COLUMNS)
     util_stats = _config_stats(_without(util, skip))
     epochs_per_job = text_index(epoch_points(data).groupby("job_id", observed=True).size())
     per_job["epochs"] = epochs_per_job.reindex(per_job.index).astype("float64")

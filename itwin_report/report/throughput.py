@@ -90,7 +90,8 @@ def rate_jobs(data: RunData) -> pd.DataFrame:
 
     One sort of all Rate points, then each run's steady rate on numpy slices of it.
     """
-    rate = points(data, RATE).sort_values(["run_id", "step", "value"], kind="stable")
+    rate = points(data, RATE, ["run_id", "step", "value", "job_id", "strategy", "workers"])
+    rate = rate.sort_values(["run_id", "step", "value"], kind="stable")
     run_ids, _ = coded(rate["run_id"])
     steps = rate["step"].to_numpy(dtype=float)
     values = rate["value"].to_numpy(dtype=float)
@@ -147,7 +148,7 @@ def samples_per_epoch(data: RunData, given: float | None = None) -> tuple[pd.Dat
     ]
     batch = data.runs.dropna(subset=["batch_size"]).drop_duplicates("job_id")
     batch_size = dict(zip(batch["job_id"], batch["batch_size"], strict=True))
-    losses = lowest_rank_points(points(data, TRAIN_LOSS_EPOCH))
+    losses = lowest_rank_points(points(data, TRAIN_LOSS_EPOCH, ["step", "job_id", "rank"]))
     by_job = losses.groupby("job_id", sort=False, observed=True)
     steps = {str(job): g["step"].to_numpy() for job, g in by_job}
     missing: dict[str, str] = {}
