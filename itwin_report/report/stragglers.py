@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from itwin_report.analysis.outliers import MIN_RANKS, lagging
-from itwin_report.data.frames import join_runs, text_index
+from itwin_report.data.frames import join_runs
 from itwin_report.data.rundata import EPOCH_TIME, GPU_UTIL, RATE, RunData
 from itwin_report.report.common import coded_runs
 
@@ -35,9 +35,13 @@ def metric_stragglers(data: RunData) -> pd.DataFrame:
     columns = ["run_id", "job_id", "rank"]
     joined = join_runs(wanted, coded_runs(runs[columns], ("job_id",)), columns)
     del wanted
-    means_all = text_index(joined.groupby(["job_id", "key", "rank"], observed=True)["value"].mean())
+    means_all = joined.groupby(["job_id", "key", "rank"], observed=True)["value"].mean()
     del joined
-    by_job = {str(job): part.droplevel(0) for job, part in means_all.groupby(level=0)}
+    # per job, key and rank (in rank order): the mean, as plain dicts read once
+    by_job: dict[str, dict[str, dict[int, float]]] = {}
+    levels = [means_all.index.get_level_values(i) for i in range(3)]
+    for job, key, rank, mean in zip(*levels, means_all.to_numpy(), strict=True):
+        by_job.setdefault(str(job), {}).setdefault(str(key), {})[int(rank)] = float(mean)
     rows = []
     for (job, strategy, workers), ranks in runs.groupby(
         ["job_id", "strategy", "workers"], sort=True
@@ -47,12 +51,9 @@ def metric_stragglers(data: RunData) -> pd.DataFrame:
         nodes = {int(r): str(h) for r, h in zip(ranks["rank"], ranks["hostname"], strict=True)}
         mine = by_job[str(job)]
         for key, words, unit, lower in MEASURES:
-            if key not in mine.index.get_level_values(0):
+            values = mine.get(key, {})
+            if len(values) < MIN_RANKS:
                 continue
-            means = mine.loc[key]
-            if len(means) < MIN_RANKS:
-                continue
-            values = {int(r): float(v) for r, v in zip(means.index, means, strict=True)}
             rows += [
                 found.job_row(str(strategy), int(str(workers)), str(job), unit)
                 for found in lagging(values, words, nodes, lower_is_slower=lower)
