@@ -148,8 +148,8 @@ def _pairs(column: pd.Series) -> tuple[np.ndarray, np.ndarray] | None:
     """(row < next row, row == next row) for a column; None when values do not compare."""
     values: Any = column.to_numpy() if _numeric(column) else column.array
     if is_categorical(column):
-        values = value_codes(column)
-        if (values == np.iinfo(np.int64).max).any():
+        values, _ = coded(column)  # the column's own codes when its categories are sorted
+        if len(values) and values.min() < 0:
             return None  # a missing value: the sort puts it last
     before, after = values[:-1], values[1:]
     try:
