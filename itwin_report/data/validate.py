@@ -50,7 +50,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from itwin_report.data.frames import last_of_each, renumbered, rows_where, sort_rows
+from itwin_report.data.frames import isin, last_of_each, renumbered, rows_where, sort_rows
 from itwin_report.data.rundata import (
     EPOCH_TIME,
     GLOBAL_RATE,
@@ -312,7 +312,7 @@ def validate(data: RunData) -> RunData:
 
 def _of_runs(frame: pd.DataFrame, kept: set[str]) -> pd.DataFrame:
     """The rows of ``frame`` whose run is kept (the frame itself, not a copy, when all are)."""
-    return rows_where(frame, frame["run_id"].isin(kept).to_numpy(dtype=bool))
+    return rows_where(frame, isin(frame["run_id"], kept))
 
 
 def _valid_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

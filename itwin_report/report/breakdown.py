@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from itwin_report.data.frames import coded, join_runs, text_index, value_codes
+from itwin_report.data.frames import coded, isin, join_runs, text_index, value_codes
 from itwin_report.data.rundata import EPOCH_TIME, RATE, RunData
 from itwin_report.report import specs
 from itwin_report.report.common import coded_runs, configurations, finish
@@ -104,7 +104,7 @@ def job_times(data: RunData) -> pd.DataFrame:
     """
     runs = data.runs.drop_duplicates("run_id")
     keys = data.metrics["key"]
-    wanted = data.metrics[keys.isin([EPOCH_TIME, RATE]).to_numpy(dtype=bool)]
+    wanted = data.metrics[isin(keys, [EPOCH_TIME, RATE])]
     metrics = join_runs(wanted, coded_runs(runs[["run_id", "job_id"]], ("job_id",)), ["job_id"])
     # epochs: the lowest run (rank) of the job that logged them
     epochs = metrics[metrics["key"] == EPOCH_TIME]

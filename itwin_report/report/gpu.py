@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.analysis.intervals import mean_interval
-from itwin_report.data.frames import present, rows_where, text_index
+from itwin_report.data.frames import isin, present, rows_where, text_index
 from itwin_report.data.rundata import GPU_ENERGY, GPU_POWER, GPU_UTIL, RunData
 from itwin_report.report import specs as tables
 from itwin_report.report.common import configurations, finish, label, points
@@ -204,11 +204,11 @@ def _config_stats(frame: pd.DataFrame) -> dict[tuple[str, int], tuple[float, set
 
 def _without(points: pd.DataFrame, runs: set[str]) -> pd.DataFrame:
     """``points`` less those of ``runs`` (the frame itself when none is theirs)."""
-    return rows_where(points, ~points["run_id"].isin(runs).to_numpy(dtype=bool))
+    return rows_where(points, ~isin(points["run_id"], runs))
 
 
 def _measured_runs(data: RunData) -> set[str]:
-    wanted = data.metrics["key"].isin([GPU_POWER, GPU_UTIL, GPU_ENERGY]).to_numpy(dtype=bool)
+    wanted = isin(data.metrics["key"], [GPU_POWER, GPU_UTIL, GPU_ENERGY])
     return set(present(data.metrics["run_id"], wanted))
 
 

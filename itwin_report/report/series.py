@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from itwin_report.data.frames import present, text_index
+from itwin_report.data.frames import isin, present, text_index
 from itwin_report.data.rundata import GLOBAL_RATE, RATE, RunData
 from itwin_report.report.common import label
 from itwin_report.report.rates import steady_rate
@@ -84,7 +84,7 @@ def rate_series(
 def _first_run_lowest_rank(data: RunData, runs: pd.DataFrame) -> str:
     """The lowest-rank worker (with rate points) of the job whose points start first."""
     metrics = data.metrics
-    mine = metrics.loc[metrics["run_id"].isin(runs["run_id"]).to_numpy(dtype=bool)]
+    mine = metrics.loc[isin(metrics["run_id"], runs["run_id"])]
     starts = text_index(mine.groupby("run_id", observed=True)["timestamp"].min())
     jobs = runs.assign(start=runs["run_id"].map(starts))
     job_start = jobs.groupby("job_id")["start"].min().reset_index().sort_values(["start", "job_id"])

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pandas as pd
 
 from itwin_report.analysis.outliers import MIN_RANKS, lagging
-from itwin_report.data.frames import join_runs
+from itwin_report.data.frames import isin, join_runs
 from itwin_report.data.rundata import EPOCH_TIME, GPU_UTIL, RATE, RunData
 from itwin_report.report.common import coded_runs
 
@@ -30,7 +30,7 @@ def metric_stragglers(data: RunData) -> pd.DataFrame:
     runs = data.runs[["run_id", "job_id", "strategy", "workers", "rank", "hostname"]]
     keys = [key for key, *_ in MEASURES]
     metrics = data.metrics
-    wanted = metrics.loc[metrics["key"].isin(keys).to_numpy(dtype=bool), ["run_id", "key", "value"]]
+    wanted = metrics.loc[isin(metrics["key"], keys), ["run_id", "key", "value"]]
     # one mean per (job, key, rank), computed in one grouping (never a scan per job), on codes
     columns = ["run_id", "job_id", "rank"]
     joined = join_runs(wanted, coded_runs(runs[columns], ("job_id",)), columns)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from itwin_report.data.frames import STR, categorical
+from itwin_report.data.frames import STR, categorical, isin
 from itwin_report.data.rundata import GPU_POWER, GPU_UTIL, METRIC_COLUMNS, METRIC_KEYS, conform
 from itwin_report.store.points import in_order
 
@@ -52,7 +52,7 @@ def system_gpu_points(metrics: pd.DataFrame, ranks: pd.Series) -> pd.DataFrame:
 def _with_system_points(metrics: pd.DataFrame, workers: pd.DataFrame) -> pd.DataFrame:
     """The points of the report's keys, and system GPU points standing in for a run's missing
     ``gpu_power_W``/``gpu_utilization_percent``, with ``run_id`` and ``key`` as categoricals."""
-    is_report_key = metrics["key"].isin(list(METRIC_KEYS)).to_numpy()
+    is_report_key = isin(metrics["key"], METRIC_KEYS)
     if is_report_key.all():
         return metrics
     main = metrics[is_report_key]
