@@ -258,6 +258,45 @@ def test_trace_artifacts_on_a_server_are_downloaded(
     assert found.warnings == []
 
 
+@pytest.mark.server
+def test_a_server_is_asked_only_about_runs_that_logged_artifacts(
+    tmp_path: Path, mlflow_server: tuple[str, str]
+) -> None:
+    """Of 4 workers only rank 0 logged a trace: the experiment's artifact folder is listed once
+    and the 3 others' folders, which do not exist, are never asked for."""
+    from itwin_report.api import load, read_traces
+    from itwin_report.emulator import mlflow_writer
+    from itwin_report.store import mlflow_api
+
+    url, backend = mlflow_server
+    job = Job("sparse-4", 4, T0, T0 + 60 * S, logged=(0, 1, 2, 3))
+    w = mlflow_writer.RunWriter(url)
+    exp = w.experiment_id("sparse-traces")
+    job.top = w.create_run(exp, job.name, job.start_ms)
+    job.runs = {}
+    for rank in range(4):
+        run = w.create_run(exp, f"worker_{rank}", job.start_ms, parent_run_id=job.top)
+        params = {"strategy": "torch-ddp", "global_rank": rank, "global_world_size": 4}
+        w.log_batch(run, [("epoch_time_s", 10.0, job.start_ms, 0)] if rank == 0 else [], params)
+        job.runs[rank] = run
+    staged = write_traces(tmp_path, job, after_s=5, gz=True)
+    with mlflow_writer.writing_environment(url):
+        mlflow_api.client(url).log_artifact(job.runs[0], str(staged[0]), "deep/er/traces")
+    for run in [*job.runs.values(), job.top]:
+        w.end_run(run, job.end_ms)
+    data = load(url, "sparse-traces")
+    log = Path(backend.removeprefix("sqlite:///")).parent / "server.log"
+    start = len(log.read_bytes())
+    found = read_traces(data, tracking_uri=url)
+    assert [(r["rank"], r["run_id"]) for r in found.ranks] == [(0, job.runs[0])]
+    time.sleep(0.5)  # the access log is written as the server answers
+    asked = log.read_bytes()[start:].decode("utf-8", errors="replace")
+    if "HTTP/1.1" in asked:  # the server logs its requests (MLflow 3; 2.x keeps no access log)
+        assert "mlflow-artifacts/artifacts" in asked
+        for rank in (1, 2, 3):
+            assert job.runs[rank] not in asked, f"rank {rank}'s missing folder was asked for"
+
+
 def test_traces_of_runs_left_out_are_not_read(tmp_path: Path, uri: str) -> None:
     ddp4, ddp8 = Job("ddp-4", 4, T0, T0 + 60 * S), Job("ddp-8", 8, T0 + 100 * S, T0 + 160 * S)
     write_store(uri, [ddp4, ddp8])

@@ -290,6 +290,8 @@ def logged_traces(
     try:
         if data.artifact_uris:  # a server: opened to fetch through it, its runs not asked again
             runs = known
+            if hasattr(reader, "expect_artifacts"):
+                reader.expect_artifacts(list(known["artifact_uri"].astype(str)))
         else:
             exp_id = choose_experiment(reader.experiments(), data.experiment)
             runs, _ = reader.runs(exp_id, [STRATEGY_PARAM])
@@ -298,7 +300,9 @@ def logged_traces(
         ids, roots = mine["run_id"].astype(str), mine["artifact_uri"].astype(str)
         pairs = list(zip(ids, roots, strict=True))
         remote = hasattr(reader, "remote_artifact")
-        with trace_artifacts(getattr(reader, "uri", tracking_uri), pairs, remote, wanted) as out:
+        address = getattr(reader, "uri", tracking_uri)
+        lister = reader if hasattr(reader, "traces_under") else None
+        with trace_artifacts(address, pairs, remote, wanted, lister) as out:
             yield out
     finally:
         reader.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -365,6 +365,35 @@ class ApiReader:
         if len(data) > MAX_ARTIFACT_BYTES:
             raise SkippedArtifact(f"more than the {MAX_ARTIFACT_BYTES:,}-byte cap")
         return bytes(data)
+
+    def expect_artifacts(self, artifact_uris: Sequence[str]) -> None:
+        """Runs known without asking the server for them (their artifact roots, as loaded):
+        :meth:`traces_under` then skips those whose folder the shared one lacks."""
+        if self.http is not None:
+            self._shared = shared_folders(list(artifact_uris), SHARED_BY)
+
+    def traces_under(
+        self, artifact_uri: str, wanted: Callable[[str], bool], max_depth: int
+    ) -> list[str] | None:
+        """Paths under ``artifact_uri`` of the files ``wanted`` accepts, at most ``max_depth``
+        folders down, listed through the server (a request per folder; none for a run whose
+        folder is absent from the shared one); None when its artifacts are not behind this
+        server's proxy."""
+        if self.http is None or proxied_path(artifact_uri, "") is None:
+            return None
+        if not self._may_exist(artifact_uri):
+            return []
+        found: list[str] = []
+        folders = [("", 0)]
+        while folders:
+            folder, depth = folders.pop()
+            for path, is_dir in self.list_artifacts(artifact_uri, folder) or []:
+                if is_dir:
+                    if depth + 1 < max_depth:
+                        folders.append((path, depth + 1))
+                elif wanted(path.rsplit("/", 1)[-1]):
+                    found.append(path)
+        return sorted(found)
 
     def _may_exist(self, artifact_uri: str) -> bool:
         """False when the folder many runs' artifacts share lacks this run's: nothing to ask.

@@ -5,10 +5,12 @@ trace).
 
 Local artifact roots (``file:`` URIs and paths, as SQLite and file stores keep them) are walked
 on disk and the traces read in place; the walk never follows a link into a folder (a loop cannot
-hang it) and stops :data:`MAX_DEPTH` folders down. A server's artifacts are listed through
-MLflow, folder by folder, in threads, and each trace is downloaded into a temporary folder that
-is removed when the caller is done with the files. A root that is neither (an ``s3://`` root
-behind a database store) cannot be reached here; the loader already warns about those runs.
+hang it) and stops :data:`MAX_DEPTH` folders down. A server's artifacts are listed folder by
+folder, in threads, through its REST API (a run whose folder the experiment's shared folder lacks
+is not asked at all) or, for artifacts stored elsewhere, through MLflow; each trace is
+downloaded into a temporary folder that is removed when the caller is done with the files. A
+root that is neither (an ``s3://`` root behind a database store) cannot be reached here; the
+loader already warns about those runs.
 A failure to list or download is a warning naming the runs, never an error: the report is
 built without those traces.
 """
@@ -22,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from itwin_report.store.uri import local_artifact_dir
 from itwin_report.util.errors import ReportError
@@ -63,9 +66,20 @@ def local_traces(root: Path, wanted: Wanted) -> list[Path]:
     return sorted(out)
 
 
-def _remote_traces(uri: str, run_id: str, wanted: Wanted) -> list[str]:
-    """Relative paths of the trace files among the artifacts of ``run_id`` on a server."""
+def _remote_traces(
+    uri: str, run_id: str, artifact_uri: str, wanted: Wanted, reader: Any = None
+) -> list[str]:
+    """Relative paths of the trace files among the artifacts of ``run_id`` on a server:
+    through ``reader``'s own listing (its ``traces_under``) when it can, else MLflow's."""
     from itwin_report.store import mlflow_api
+
+    if reader is not None:
+        try:
+            listed = reader.traces_under(artifact_uri, wanted, MAX_DEPTH)
+        except ReportError as exc:
+            raise ReportError(_reason(exc)) from None
+        if listed is not None:
+            return list(listed)
 
     client = mlflow_api.client(uri)
     out: list[str] = []
@@ -92,11 +106,16 @@ def _reason(exc: BaseException) -> str:
 
 @contextmanager
 def trace_artifacts(
-    uri: str, runs: Sequence[tuple[str, str]], remote: bool, wanted: Wanted
+    uri: str,
+    runs: Sequence[tuple[str, str]],
+    remote: bool,
+    wanted: Wanted,
+    reader: Any = None,
 ) -> Iterator[Found]:
     """The traces logged to ``runs`` (``(run id, artifact URI)`` pairs), as local files while
     the ``with`` block runs. ``remote``: whether artifacts off this machine can be fetched
-    through ``uri`` (a tracking server); ``wanted``: which file names are traces."""
+    through ``uri`` (a tracking server); ``wanted``: which file names are traces; ``reader``:
+    the server's reader, whose listings skip runs without artifacts (MLflow's otherwise)."""
     out = Found()
     far = []
     for run_id, artifact_uri in runs:
@@ -109,11 +128,18 @@ def trace_artifacts(
         yield out
         return
     with tempfile.TemporaryDirectory(prefix="itwin-report-traces-") as tmp:
-        _fetch(uri, far, Path(tmp), out, wanted)
+        _fetch(uri, far, Path(tmp), out, wanted, reader)
         yield out
 
 
-def _fetch(uri: str, runs: list[tuple[str, str]], tmp: Path, out: Found, wanted: Wanted) -> None:
+def _fetch(
+    uri: str,
+    runs: list[tuple[str, str]],
+    tmp: Path,
+    out: Found,
+    wanted: Wanted,
+    reader: Any = None,
+) -> None:
     """List the remote runs' traces and download them under ``tmp`` (one folder per run)."""
     from itwin_report.store import mlflow_api
 
@@ -121,7 +147,7 @@ def _fetch(uri: str, runs: list[tuple[str, str]], tmp: Path, out: Found, wanted:
         index, (run_id, artifact_uri) = item
         try:
             found = []
-            for path in _remote_traces(uri, run_id, wanted):
+            for path in _remote_traces(uri, run_id, artifact_uri, wanted, reader):
                 local = mlflow_api.download_artifact(uri, artifact_uri, path, str(tmp / str(index)))
                 if local is not None:
                     label = mask_text(f"{artifact_uri.rstrip('/')}/{path}")
