@@ -53,6 +53,7 @@ COLUMNAR = "ITWIN_REPORT_COLUMNAR"  # "0": no columnar read (sqlite3; PostgreSQL
 GIB = 1024.0  # MiB
 # (row of the goals table, what was measured, the goal, whether it is met); printed at the end
 SUMMARY: list[tuple[str, str, str, bool | None]] = []
+PARALLEL = ["-n", "auto", "--maxprocesses", "4"]  # as the Makefile's PARALLEL
 PLOT_HELPER = "ITWIN_REPORT_PLOT_HELPER"  # "0": every figure drawn in the main process
 
 FLOOR_SCRIPT = r"""
@@ -125,8 +126,8 @@ def measure(
         proc = subprocess.run(launched, capture_output=True, cwd=cwd, env=environ)
         code, wall, cpu, peak_kib = json.loads(report.read_text())
     if code != 0:
-        err = proc.stderr.decode(errors="replace")
-        raise SystemExit(f"{' '.join(cmd)} failed ({code}):\n{err[-3000:]}")
+        said = (proc.stdout + proc.stderr).decode(errors="replace")
+        raise SystemExit(f"{' '.join(cmd)} failed ({code}):\n{said[-3000:]}")
     return Measure(wall, cpu, peak_kib / 1024), proc.stdout.decode(errors="replace")
 
 
@@ -456,9 +457,12 @@ def bench_emulate(results: dict[str, object]) -> None:
 def bench_test_suite(results: dict[str, object]) -> None:
     """The suite as ``make test`` runs it (the venv is already installed)."""
     root = Path(__file__).resolve().parents[1]
-    suite, _ = measure([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], cwd=root)
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PARALLEL]
+    suite, _ = measure(cmd, cwd=root)
     print("8. the test suite (make test without the install)")
-    line("pytest -q (goal <= 120 s)", f"{suite.wall_s:6.1f} s wall, {suite.cpu_s:6.1f} s CPU")
+    line(
+        "pytest -q -n auto (goal <= 120 s)", f"{suite.wall_s:6.1f} s wall, {suite.cpu_s:6.1f} s CPU"
+    )
     results["test_suite"] = asdict(suite)
 
 
@@ -490,14 +494,21 @@ def main() -> None:
     results: dict[str, object] = {}
     only = [p for p in os.environ.get("BENCH_ONLY", "").split(",") if p]
     names = only or [p for p in PARTS if p != "tests" or os.environ.get("BENCH_SKIP_TESTS") != "1"]
+    failed = []
     for name in names:
-        PARTS[name](results)
+        try:
+            PARTS[name](results)
+        except SystemExit as exc:  # one part's failure: said, and the others still measured
+            print(f"{name}: {exc}")
+            failed.append(name)
         (OUT / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     results["summary"] = [
         {"work": w, "measured": m, "goal": g, "met": ok} for w, m, g, ok in SUMMARY
     ]
     (OUT / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     print_summary()
+    if failed:
+        raise SystemExit(f"failed: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
