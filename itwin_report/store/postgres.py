@@ -4,11 +4,10 @@ The SQL reader's generic path reads points with ``pandas.read_sql``: one Python 
 value, about 790 MiB per million points. With the ``postgres`` extra installed, the ADBC
 PostgreSQL driver (libpq and PostgreSQL's binary ``COPY`` into Arrow, in C) reads them instead,
 one key at a time and batch by batch into :class:`~itwin_report.store.points.PointParts`, on a
-read-only session of its own. The wanted run ids are sent once, as one parameter the server
-splits and joins on, so each point comes back with its run's position, not its 32-character
-id. The rows are those of the generic path for those runs: the points of the wanted keys, typed
-as PostgreSQL stores them (steps and timestamps stay exact 64-bit integers). When the driver is
-not installed, cannot connect, or refuses a query, the generic path reads the store as before.
+read-only session of its own. The rows are those of the generic path: the experiment's points
+of the wanted keys, typed as PostgreSQL stores them (steps and timestamps stay exact 64-bit
+integers). When the driver is not installed, cannot connect, or refuses a query, the generic
+path reads the store as before.
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ from itwin_report.store.columnar import Refused, read_batches
 from itwin_report.store.points import PointParts
 
 READ_ONLY = "SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY"
-SEPARATOR = "\x1f"  # between the run ids sent as one parameter: chr(31), the unit separator
 
 
 def libpq_uri(uri: str) -> str | None:
@@ -41,38 +39,20 @@ def read_points(uri: str, experiment_id: Any, parts: PointParts, has_is_nan: boo
     import pyarrow.compute as pc
 
     nan = "CASE WHEN m.is_nan THEN 1 ELSE 0 END" if has_is_nan else "0"
+    sql = (
+        f"SELECT m.run_uuid, m.value, m.step, m.timestamp, {nan} FROM metrics m "
+        "JOIN runs r ON r.run_uuid = m.run_uuid WHERE r.experiment_id = $1 AND m.key = $2"
+    )
+    ids = pa.array(list(parts.run_ids), type=pa.string())
     try:
         experiment = int(experiment_id)
     except (TypeError, ValueError):
         return False
-    wanted = list(parts.run_ids)
-    if wanted and not any(SEPARATOR in r for r in wanted):
-        # the runs' positions come from the server, so no run id travels with each point: the
-        # ids go once, as one parameter, split there (a separator no MLflow run id holds)
-        sql = (
-            f"SELECT (w.pos - 1)::int4, m.value, m.step, m.timestamp, {nan} FROM metrics m "
-            "JOIN unnest(string_to_array($2, chr(31))) WITH ORDINALITY AS w(run_uuid, pos) "
-            "ON w.run_uuid = m.run_uuid WHERE m.key = $1"
-        )
-        params: list[Any] = [SEPARATOR.join(wanted)]
-    else:
-        sql = (
-            f"SELECT m.run_uuid, m.value, m.step, m.timestamp, {nan} FROM metrics m "
-            "JOIN runs r ON r.run_uuid = m.run_uuid WHERE r.experiment_id = $2 AND m.key = $1"
-        )
-        params = [experiment]
-    ids = pa.array(wanted, type=pa.string())
-
-    def positions(run: Any) -> Any:
-        if pa.types.is_integer(run.type) and not run.null_count:
-            return run.to_numpy()
-        if not (pa.types.is_string(run.type) or pa.types.is_large_string(run.type)):
-            raise Refused("a run id that is not text")
-        return pc.fill_null(pc.index_in(run, value_set=ids), -1).to_numpy(zero_copy_only=False)
 
     def consume(key: int, batch: Any) -> None:
         run, value, step, stamp, is_nan = (batch.column(i) for i in range(5))
-        codes = positions(run)
+        if not (pa.types.is_string(run.type) or pa.types.is_large_string(run.type)):
+            raise Refused("a run id that is not text")
         if not pa.types.is_floating(value.type):
             raise Refused("a value that is not a float")
         for column in (step, stamp, is_nan):
@@ -80,6 +60,7 @@ def read_points(uri: str, experiment_id: Any, parts: PointParts, has_is_nan: boo
                 raise Refused("a step or timestamp that is not an integer")
         if value.null_count:
             raise Refused("a NULL value")
+        codes = pc.fill_null(pc.index_in(run, value_set=ids), -1).to_numpy(zero_copy_only=False)
         values = value.to_numpy(zero_copy_only=False).astype(np.float64, copy=False)
         values = np.where(is_nan.to_numpy() != 0, np.nan, values)
         # copies: a view would keep the driver's whole batch (run ids and all) alive
@@ -88,6 +69,6 @@ def read_points(uri: str, experiment_id: Any, parts: PointParts, has_is_nan: boo
         parts.add(codes, key, values, steps, stamps, np.zeros(len(codes), dtype=bool))
 
     queries: Sequence[tuple[Any, str, Sequence[Any]]] = [
-        (i, sql, [k, *params]) for i, k in enumerate(parts.keys)
+        (i, sql, [experiment, k]) for i, k in enumerate(parts.keys)
     ]
     return read_batches(uri, [(READ_ONLY, ())], queries, consume, database="postgresql")
