@@ -35,7 +35,7 @@ TORCH_STAMP := $(TORCH_VENV)/.installed-stamp
 
 help:
 	@echo "make demo             emulate sample runs into mllogs/mlflow.db, print the report, write plots/ and report.html"
-	@echo "make test             install (if needed) and run the test suite (about four minutes on 2 cores)"
+	@echo "make test             install (if needed) and run the test suite (about two and a half minutes on 2 cores)"
 	@echo "make test-min         the whole suite, PostgreSQL included, on the oldest supported versions"
 	@echo "make test-postgres    the tests against a real PostgreSQL server started by the suite"
 	@echo "make test-old-server  the tests reading through an MLflow 2.22 server (gunicorn)"
