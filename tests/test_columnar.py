@@ -257,7 +257,15 @@ def test_a_signal_during_the_columnar_read_ends_the_report(
         "-q", "--tracking-uri", scaling_sqlite[0], "-o", str(out_dir / "report.txt"),
         "--no-plots",
     ]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        # as from a terminal, even when the suite runs where Ctrl-C is ignored (a background job)
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     try:
         deadline = time.monotonic() + 60
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:
