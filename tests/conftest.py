@@ -31,6 +31,19 @@ import pytest
 from click.testing import CliRunner
 
 
+def start_from_terminal(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+    """``cmd`` with its output piped and Ctrl-C handled as from a terminal, even when the
+    suite runs where SIGINT is ignored (a background job): for tests that signal it."""
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
 def cli_runner() -> CliRunner:
     """A CliRunner whose results keep stderr apart from stdout, on click 8.1 and on 8.2+.
 

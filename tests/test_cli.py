@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cli_runner
+from conftest import cli_runner, start_from_terminal
 
 from itwin_report.cli import main
 from itwin_report.emulator import EmulationOptions, run_emulation
@@ -394,14 +394,7 @@ def test_signal_ends_the_report_cleanly(
         "-o", str(tmp_path / "out" / "report.txt"), "--plot-dir", str(tmp_path / "out" / "plots"),
     ]  # fmt: skip
     (tmp_path / "out").mkdir()
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = start_from_terminal(cmd, env)
     try:
         server.settimeout(120)
         conn, _ = server.accept()  # the report is now waiting on the store

@@ -13,6 +13,7 @@ import adbc_driver_sqlite  # noqa: F401  (a dependency of the default install)
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import start_from_terminal
 
 from itwin_report.store import load_experiment, sql_reader
 from itwin_report.store.columnar import ENV, numeric_columns, read_batches
@@ -235,7 +236,6 @@ def test_a_signal_during_the_columnar_read_ends_the_report(
     """The driver's read is cancelled, never taken for a refusal that sqlite3 reads again."""
     import os
     import signal
-    import subprocess
     import sys
     import time
 
@@ -257,15 +257,7 @@ def test_a_signal_during_the_columnar_read_ends_the_report(
         "-q", "--tracking-uri", scaling_sqlite[0], "-o", str(out_dir / "report.txt"),
         "--no-plots",
     ]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        # as from a terminal, even when the suite runs where Ctrl-C is ignored (a background job)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = start_from_terminal(cmd, env)
     try:
         deadline = time.monotonic() + 60
         while not ready.exists() and proc.poll() is None and time.monotonic() < deadline:

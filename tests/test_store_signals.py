@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import start_from_terminal
 
 Store = tuple[str, dict[str, Any]]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "itwin-report"
@@ -36,15 +36,7 @@ def test_ctrl_c_while_importing_is_one_line_and_130(
     env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1", "MLFLOW_TRACKING_URI": ""}
     cmd = [*entry, "generate-scalability-report", "-e", "scaling", "-q", "--no-plots",
            "--tracking-uri", scaling_sqlite[0], "-o", str(tmp_path / "report.txt")]  # fmt: skip
-    proc = subprocess.Popen(
-        cmd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-        # as from a terminal, even when the suite runs where Ctrl-C is ignored (a background job)
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = start_from_terminal(cmd, env)
     assert proc.stderr is not None
     seen = []
     try:

@@ -216,6 +216,23 @@ def test_logged_traces_are_found_from_the_loaded_locations(tmp_path: Path, uri: 
     assert sorted(r["rank"] for r in found.ranks) == [0, 1]
 
 
+def write_server_job(url: str, experiment: str, job: Job) -> Any:
+    """``job`` as runs of a server's ``experiment`` (rank 0 logs an epoch time), left running;
+    the writer, to upload artifacts and end the runs with."""
+    from itwin_report.emulator import mlflow_writer
+
+    w = mlflow_writer.RunWriter(url)
+    exp = w.experiment_id(experiment)
+    job.top = w.create_run(exp, job.name, job.start_ms)
+    job.runs = {}
+    for rank in range(job.workers):
+        run = w.create_run(exp, f"worker_{rank}", job.start_ms, parent_run_id=job.top)
+        params = {"strategy": job.strategy, "global_rank": rank, "global_world_size": job.workers}
+        w.log_batch(run, [("epoch_time_s", 10.0, job.start_ms, 0)] if rank == 0 else [], params)
+        job.runs[rank] = run
+    return w
+
+
 @pytest.mark.server
 def test_trace_artifacts_on_a_server_are_downloaded(
     tmp_path: Path, mlflow_server: tuple[str, str]
@@ -226,15 +243,7 @@ def test_trace_artifacts_on_a_server_are_downloaded(
 
     url, backend = mlflow_server
     job = Job("remote-4", 4, T0, T0 + 60 * S, logged=(0, 1, 2, 3))
-    w = mlflow_writer.RunWriter(url)
-    exp = w.experiment_id("remote-traces")
-    job.top = w.create_run(exp, job.name, job.start_ms)
-    job.runs = {}
-    for rank in range(4):
-        run = w.create_run(exp, f"worker_{rank}", job.start_ms, parent_run_id=job.top)
-        params = {"strategy": "torch-ddp", "global_rank": rank, "global_world_size": 4}
-        w.log_batch(run, [("epoch_time_s", 10.0, job.start_ms, 0)] if rank == 0 else [], params)
-        job.runs[rank] = run
+    w = write_server_job(url, "remote-traces", job)
     staged = write_traces(tmp_path, job, after_s=5, gz=True)
     client = mlflow_api.client(url)
     for rank, path in enumerate(staged):  # gzipped: binary, uploaded as a file
@@ -270,15 +279,7 @@ def test_a_server_is_asked_only_about_runs_that_logged_artifacts(
 
     url, backend = mlflow_server
     job = Job("sparse-4", 4, T0, T0 + 60 * S, logged=(0, 1, 2, 3))
-    w = mlflow_writer.RunWriter(url)
-    exp = w.experiment_id("sparse-traces")
-    job.top = w.create_run(exp, job.name, job.start_ms)
-    job.runs = {}
-    for rank in range(4):
-        run = w.create_run(exp, f"worker_{rank}", job.start_ms, parent_run_id=job.top)
-        params = {"strategy": "torch-ddp", "global_rank": rank, "global_world_size": 4}
-        w.log_batch(run, [("epoch_time_s", 10.0, job.start_ms, 0)] if rank == 0 else [], params)
-        job.runs[rank] = run
+    w = write_server_job(url, "sparse-traces", job)
     staged = write_traces(tmp_path, job, after_s=5, gz=True)
     with mlflow_writer.writing_environment(url):
         mlflow_api.client(url).log_artifact(job.runs[0], str(staged[0]), "deep/er/traces")
