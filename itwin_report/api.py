@@ -39,14 +39,25 @@ def load(
     strategy_param: str = "strategy",
     workers_param: str = "global_world_size",
     progress: bool = False,
+    cache: bool = True,
+    cache_dir: str | Path | None = None,
+    cache_size: str | int | None = None,
 ) -> RunData:
     """Read one experiment's worker runs from an MLflow tracking store.
 
     ``tracking_uri``: an SQLite, PostgreSQL, file-store or ``http(s)://`` URI (default:
     ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mllogs/mlflow.db``); ``experiment``: its name
     (optional when only one experiment holds runs). Nothing in the store is modified.
+
+    Over ``http(s)://`` the metric histories of finished runs are kept in a local cache
+    (``cache_dir``, default ``$XDG_CACHE_HOME/itwin-report``, else ``~/.cache/itwin-report``;
+    at most ``cache_size``, e.g. ``"2GB"``, default 1 GiB) and read from the server again only
+    when its run listing shows them changed; ``cache=False`` reads everything from the server.
     """
     from itwin_report import store
+    from itwin_report.store.http_cache import CacheSettings
+
+    settings = CacheSettings.from_options(cache, cache_dir, cache_size)
 
     uri = store.resolve_tracking_uri(tracking_uri)
     return store.load_experiment(
@@ -57,6 +68,7 @@ def load(
         show_progress=progress,
         strategy_param=strategy_param,
         workers_param=workers_param,
+        cache=settings,
     )
 
 

@@ -44,6 +44,13 @@ def start_from_terminal(cmd: list[str], env: dict[str, str]) -> subprocess.Popen
     )
 
 
+@pytest.fixture(autouse=True)
+def private_cache_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: Any) -> None:
+    """Every test, and every process it starts, has a user cache folder of its own: a report
+    over HTTP never finds another test's cached runs, nor writes into the real ~/.cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("xdg-cache")))
+
+
 def cli_runner() -> CliRunner:
     """A CliRunner whose results keep stderr apart from stdout, on click 8.1 and on 8.2+.
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from itwin_report.cli.options import (
     Threshold,
+    cache_options,
+    cache_settings,
     format_option,
     output_option,
     tracking_uri_option,
@@ -30,7 +32,9 @@ def _is_file(source: str) -> bool:
         return False
 
 
-def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool) -> Side:
+def _side(
+    source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool, cache: Any = None
+) -> Side:
     """A saved JSON report when ``source`` is a file, else an experiment of the store."""
     from itwin_report import store
     from itwin_report.analysis.comparison import load_side_file
@@ -43,7 +47,7 @@ def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool
     if source.lower().endswith(".json"):
         raise ReportError(f"no such report file: {source}")
     uri = store.resolve_tracking_uri(tracking_uri)
-    data = store.load_experiment(uri, source, [], show_progress=not quiet)
+    data = store.load_experiment(uri, source, [], show_progress=not quiet, cache=cache)
     return side_from_report(build_report(data, warmup_epochs=warmup_epochs), source)
 
 
@@ -79,6 +83,7 @@ def _side(source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool
     "Write the comparison to FILE instead of stdout (never a side, nor a file or "
     "artifact folder of the tracking store)."
 )
+@cache_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
 def compare_command(
     baseline: str,
@@ -89,6 +94,9 @@ def compare_command(
     warmup_epochs: int,
     fmt: str,
     output: Path | None,
+    cache: bool,
+    cache_dir: str | None,
+    cache_size: int,
     quiet: bool,
 ) -> None:
     """Compare two reports per configuration and exit 4 on a regression.
@@ -123,8 +131,9 @@ def compare_command(
     conflict = store.check_outputs(uri, {"--output": output}, inputs=files)
     if conflict:
         raise Failure(conflict, EXIT_USAGE)
-    base = _side(baseline, tracking_uri, warmup_epochs, quiet)
-    cur = _side(current, tracking_uri, warmup_epochs, quiet)
+    settings = cache_settings(cache, cache_dir, cache_size)
+    base = _side(baseline, tracking_uri, warmup_epochs, quiet, settings)
+    cur = _side(current, tracking_uri, warmup_epochs, quiet, settings)
     result = compare_sides(base, cur, max_regression, allow_missing)
     emit(render_comparison(result, fmt), output)
     failure = gate_error(result)

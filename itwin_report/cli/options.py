@@ -80,3 +80,52 @@ class Efficiency(Threshold):
                 ctx,
             )
         return number
+
+
+class CacheSize(click.ParamType):
+    """A cache size: bytes, or a number with KB, MB, GB (KiB, MiB, GiB)."""
+
+    name = "SIZE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from itwin_report.store.http_cache import parse_size
+        from itwin_report.util.errors import ReportError
+
+        try:
+            return parse_size(value)
+        except ReportError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def cache_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--no-cache``, ``--cache-dir DIR``, ``--cache-size SIZE``: the local cache of a
+    server's finished runs (``cache``, ``cache_dir``, ``cache_size`` to the command)."""
+    command = click.option(
+        "--cache-size",
+        type=CacheSize(),
+        default="1GiB",
+        show_default=True,
+        help="Bound of the cache folder; the files used least recently go first.",
+    )(command)
+    command = click.option(
+        "--cache-dir",
+        type=click.Path(file_okay=False),
+        help="Folder of the cache (default: $XDG_CACHE_HOME/itwin-report, else "
+        "~/.cache/itwin-report).",
+    )(command)
+    return click.option(
+        "--cache/--no-cache",
+        default=True,
+        show_default=True,
+        help="Over http(s):// keep the metric histories of finished runs in a local cache and "
+        "read a run again only when the server's listing shows it changed.",
+    )(command)
+
+
+def cache_settings(enabled: bool, directory: str | None, size: int) -> Any:
+    """The :class:`~itwin_report.store.http_cache.CacheSettings` of the cache options."""
+    import os
+
+    from itwin_report.store.http_cache import CacheSettings
+
+    return CacheSettings.from_options(enabled, directory, size, environ=os.environ)

@@ -11,6 +11,8 @@ import click
 from itwin_report.cli.group import Failure
 from itwin_report.cli.options import (
     Efficiency,
+    cache_options,
+    cache_settings,
     format_option,
     output_option,
     tracking_uri_option,
@@ -274,6 +276,7 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
     "shares and the stragglers. Traces logged as artifacts of the worker runs are read "
     "without it.",
 )
+@cache_options
 @click.option("--quiet", "-q", is_flag=True, help="No progress or plot messages on stderr.")
 def generate_scalability_report(
     experiment_name: str | None,
@@ -306,6 +309,9 @@ def generate_scalability_report(
     strategy_param: str,
     workers_param: str,
     traces: tuple[Path, ...],
+    cache: bool,
+    cache_dir: str | None,
+    cache_size: int,
     quiet: bool,
 ) -> None:
     """Read the runs of an experiment and print the scalability report.
@@ -373,6 +379,7 @@ def generate_scalability_report(
         show_progress=not quiet,
         strategy_param=strategy_param,
         workers_param=workers_param,
+        cache=cache_settings(cache, cache_dir, cache_size),
     )
     found = read_traces(data, traces, tracking_uri=uri)
     report = build_report(

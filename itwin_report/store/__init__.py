@@ -32,6 +32,7 @@ from itwin_report.util.errors import ReportError
 
 if TYPE_CHECKING:
     from itwin_report.data.rundata import RunData
+    from itwin_report.store.http_cache import CacheSettings
     from itwin_report.store.trace_artifacts import Found
 
 __all__ = [
@@ -49,8 +50,8 @@ STRATEGY_PARAM = "strategy"
 WORKERS_PARAM = "global_world_size"
 
 
-def _open_reader(uri: str) -> Any:
-    """The reader for ``uri``'s kind of store."""
+def _open_reader(uri: str, cache: CacheSettings | None = None) -> Any:
+    """The reader for ``uri``'s kind of store (``cache``: a server's, see ``http_cache``)."""
     kind = store_kind(uri)
     if kind == FILE:
         from itwin_report.store.file_reader import FileStoreReader
@@ -59,7 +60,7 @@ def _open_reader(uri: str) -> Any:
     if kind in (HTTP, OTHER):
         from itwin_report.store.api_reader import ApiReader
 
-        return ApiReader(uri)
+        return ApiReader(uri, cache)
     from itwin_report.store.sql_open import open_sql_reader
 
     return open_sql_reader(uri)
@@ -115,17 +116,20 @@ def load_experiment(
     show_progress: bool = True,
     strategy_param: str = STRATEGY_PARAM,
     workers_param: str = WORKERS_PARAM,
+    cache: CacheSettings | None = None,
 ) -> RunData:
     """Worker runs, metrics, profiles and performance records of one experiment.
 
     ``strategy_param`` and ``workers_param`` name the params that define a configuration
-    (itwinai's ``strategy`` and ``global_world_size`` by default).
+    (itwinai's ``strategy`` and ``global_world_size`` by default). ``cache``: where an HTTP
+    server's finished runs are kept between reports (:mod:`~itwin_report.store.http_cache`);
+    None reads everything from the server. Other stores never use it.
 
     Raises :class:`~itwin_report.util.errors.StoreError` for a missing or unreadable store or an
     unknown experiment, :class:`~itwin_report.util.errors.ReportError` for run names that match
     nothing. Skipped runs and malformed data are reported in ``RunData.warnings``.
     """
-    reader = _open_reader(tracking_uri)
+    reader = _open_reader(tracking_uri, cache)
     try:
         return _load(
             reader,

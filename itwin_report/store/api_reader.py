@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -28,6 +28,7 @@ import pandas as pd
 
 from itwin_report.data.frames import STR
 from itwin_report.data.rundata import METRIC_KEYS
+from itwin_report.store.http_cache import CacheSettings, HttpCache, run_signature
 from itwin_report.store.rest import (
     ARTIFACTS_PATH,
     EXPERIMENTS_PATH,
@@ -159,12 +160,16 @@ class ApiReader:
     """Experiments, runs, metrics and artifacts through an MLflow server's REST API, or through
     MLflow's client for the other stores it reads.
 
-    ``requests`` tells how many requests went to each path of an HTTP server.
+    ``requests`` tells how many requests went to each path of an HTTP server. ``cache``: where
+    the metric histories of ended runs are kept between reports of a server
+    (:mod:`~itwin_report.store.http_cache`); None reads everything from the server.
     """
 
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, cache: CacheSettings | None = None) -> None:
         self.uri = uri
         self.http: HttpSession | None = None
+        self.cache: HttpCache | None = None
+        self._signatures: dict[str, str | None] = {}
         self._metric_keys: dict[str, list[str]] = {}
         self.warnings: list[str] = []
         self._saved_token: tuple[bool, str | None] | None = None
@@ -181,6 +186,8 @@ class ApiReader:
                 os.environ[TOKEN_ENV] = token
             self.http = HttpSession(self.uri, token)
             self.http.get(PROBE_PATH, {"max_results": 1}, retry=False)  # is anyone there?
+            if cache is not None and cache.directory is not None:
+                self.cache = HttpCache(cache, self.http.base)
 
     @property
     def requests(self) -> dict[str, int]:
@@ -239,8 +246,10 @@ class ApiReader:
                 "max_results": PAGE_SIZE,
                 "run_view_type": "ACTIVE_ONLY",
             }
-            pages = self.http.pages(RUNS_PATH, body, "runs", "search runs")
-            found = [run_record(run, param_keys, METRIC_KEYS) for run in pages]
+            found = []
+            for run in self.http.pages(RUNS_PATH, body, "runs", "search runs"):
+                found.append(run_record(run, param_keys, METRIC_KEYS))
+                self._signatures[found[-1]["run_id"]] = run_signature(run)
         self._metric_keys = {r["run_id"]: r["metric_keys"] for r in found}
         if self.http is not None:
             self._shared = shared_folders([r["artifact_uri"] for r in found], SHARED_BY)
@@ -259,28 +268,49 @@ class ApiReader:
 
         ``advance`` counts (run, key) pairs.
         """
-        del experiment_id
-        tasks = self._tasks(run_ids)
+        cached: pd.DataFrame | None = None
+        covered: set[tuple[str, str]] = set()
+        if self.cache is not None:
+            wanted = {r: self._metric_keys.get(r, []) for r in dict.fromkeys(run_ids)}
+            cached, covered = self.cache.lookup(str(experiment_id), wanted, self._signatures)
+        tasks = self._tasks(run_ids, covered)
         fetch = self._bulk if self.http is not None else self._per_run
         frames: list[pd.DataFrame] = []
-        done = 0
+        done = len(covered)
+        advance(done)
         with ThreadPoolExecutor(SERVER_WORKERS if self.http is not None else THREADS) as pool:
             for (ids, _), frame in zip(tasks, pool.map(lambda t: fetch(*t), tasks), strict=True):
                 frames.append(frame)
                 advance(len(ids))
                 done += len(ids)
         advance(len(run_ids) * len(METRIC_KEYS) - done)  # pairs the runs never logged
-        return combine(frames, run_ids)
+        if self.cache is not None:
+            read: dict[str, list[str]] = {}
+            for ids, key in tasks:
+                for run_id in ids:
+                    read.setdefault(run_id, []).append(key)
+            fetched = pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+            self.cache.store(str(experiment_id), fetched, read, self._signatures)
+            self.warnings.extend(self.cache.warnings)
+            self.cache.warnings.clear()
+        return combine([f for f in (cached, *frames) if f is not None], run_ids)
 
-    def _tasks(self, run_ids: Sequence[str]) -> list[tuple[list[str], str]]:
-        """(run ids, key) work items: bulk batches on HTTP, one run each otherwise.
+    def _tasks(
+        self, run_ids: Sequence[str], covered: Collection[tuple[str, str]] = ()
+    ) -> list[tuple[list[str], str]]:
+        """(run ids, key) work items: bulk batches on HTTP, one run each otherwise; the
+        ``covered`` (run, key) pairs (from the cache) are left out.
 
         A batch is sorted by run id, as the server sorts its answer (see :meth:`_bulk`).
         """
         keys = dict.fromkeys(k for r in run_ids for k in self._metric_keys.get(r, ()))
         tasks: list[tuple[list[str], str]] = []
         for key in keys:
-            ids = sorted(r for r in dict.fromkeys(run_ids) if key in self._metric_keys.get(r, ()))
+            ids = sorted(
+                r
+                for r in dict.fromkeys(run_ids)
+                if key in self._metric_keys.get(r, ()) and (r, key) not in covered
+            )
             if self.http is None:
                 tasks.extend(([r], key) for r in ids)
             else:

@@ -58,6 +58,12 @@ class RegressionFound(ReportError):
     exit_code = EXIT_REGRESSION
 
 
+class BadCacheOption(ReportError):
+    """A cache option out of its range (``--cache-size``): bad usage."""
+
+    exit_code = EXIT_USAGE
+
+
 class NothingMeasured(ReportError):
     """The report would be empty: no usable runs, every run failed, every epoch in the warm-up."""
 
