@@ -89,3 +89,48 @@ def test_report_through_a_server_backed_by_postgres(
     direct = report_json(server_backend)
     for table in TABLES:
         assert direct[table] == from_sqlite[table], table
+
+
+def test_postgres_is_read_on_one_adbc_connection_without_sqlalchemy(
+    postgres: Any, from_sqlite: dict[str, Any], tmp_path: Path
+) -> None:
+    """With the ``postgres`` extra, runs, params, tags and points come through the ADBC driver:
+    neither SQLAlchemy, MLflow nor a DB-API driver is imported, one session is opened, and the
+    tables are SQLite's."""
+    import subprocess
+
+    uri = postgres("adbc")
+    run_emulation(OPTIONS, uri, artifact_root=str(tmp_path / "artifacts"))
+    script = (
+        "import json, sys\n"
+        "from itwin_report import store\n"
+        f"data = store.load_experiment({uri!r}, 'pg', show_progress=False)\n"
+        "mods = [m for m in ('sqlalchemy', 'mlflow', 'psycopg', 'psycopg2') if m in sys.modules]\n"
+        "print(json.dumps({'runs': len(data.runs), 'points': len(data.metrics), 'mods': mods}))\n"
+    )
+    own = sessions(uri) - sessions(uri)  # minus what one look at the counter adds by itself
+    before = sessions(uri)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    # one connection; the ADBC driver opens one short session of its own before it, to read
+    # PostgreSQL's type catalog (SQLAlchemy's connection plus the points' read opened three)
+    assert sessions(uri) - before + own == 2
+    seen = json.loads(done.stdout)
+    assert seen["mods"] == [] and seen["runs"] == 2 * (2 + 4)  # every rank logs a run
+    assert seen["points"] > 0
+    doc = report_json(uri)
+    for table in TABLES:
+        assert doc[table] == from_sqlite[table], table
+
+
+def sessions(uri: str) -> int:
+    """Sessions PostgreSQL counted for the database of ``uri`` so far (its own included)."""
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_force_next_flush()")
+        row = conn.execute(
+            "SELECT sessions FROM pg_stat_database WHERE datname = current_database()"
+        ).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -51,8 +51,12 @@ def read_batches(
     queries: Sequence[tuple[Any, str, Sequence[Any]]],
     consume: Consume,
     database: str = "sqlite",
+    connection: Any = None,
 ) -> bool:
     """Run ``queries`` (``(tag, sql, params)``) and hand every batch of rows to ``consume``.
+
+    ``connection``: an open connection of the driver to use (left open) instead of one of its
+    own.
 
     ``url`` is a SQLite URI filename (``file:...?mode=ro``), or a libpq URI for ``database``
     ``"postgresql"``; ``setup`` holds statements run first on the same connection, each with
@@ -80,7 +84,9 @@ def read_batches(
 
     def work() -> None:
         try:
-            outcome["read"] = _read(adbc, url, setup, queries, consume, options, handles)
+            outcome["read"] = _read(
+                adbc, url, setup, queries, consume, options, handles, connection
+            )
         except BaseException as exc:  # the consumer's own error, raised again below
             outcome["error"] = exc
 
@@ -108,10 +114,11 @@ def _read(
     consume: Consume,
     options: dict[str, str],
     handles: dict[str, Any],
+    connection: Any = None,
 ) -> bool:
     """Every batch of every query to ``consume``; False when the driver refuses (in a thread)."""
     try:
-        conn = adbc.connect(url)
+        conn = connection if connection is not None else adbc.connect(url)
     except Exception:
         return False
     handles["conn"] = conn
@@ -148,7 +155,8 @@ def _read(
         return True
     finally:
         _close(cursor)
-        _close(conn)
+        if connection is None:
+            _close(conn)
 
 
 def numeric_columns(batch: Any, columns: Sequence[int] | range) -> np.ndarray:

@@ -32,9 +32,12 @@ def libpq_uri(uri: str) -> str | None:
     return f"postgresql://{rest}"
 
 
-def read_points(uri: str, experiment_id: Any, parts: PointParts, has_is_nan: bool) -> bool:
+def read_points(
+    uri: str, experiment_id: Any, parts: PointParts, has_is_nan: bool, connection: Any = None
+) -> bool:
     """The experiment's points of ``parts.keys`` into ``parts``; False when the driver is
-    missing, off, cannot connect, or refuses (``parts`` is then incomplete: start again)."""
+    missing, off, cannot connect, or refuses (``parts`` is then incomplete: start again).
+    ``connection``: the reader's own read-only ADBC connection, used instead of a new one."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
@@ -71,4 +74,5 @@ def read_points(uri: str, experiment_id: Any, parts: PointParts, has_is_nan: boo
     queries: Sequence[tuple[Any, str, Sequence[Any]]] = [
         (i, sql, [experiment, k]) for i, k in enumerate(parts.keys)
     ]
-    return read_batches(uri, [(READ_ONLY, ())], queries, consume, database="postgresql")
+    setup: list[tuple[str, Sequence[Any]]] = [] if connection is not None else [(READ_ONLY, ())]
+    return read_batches(uri, setup, queries, consume, database="postgresql", connection=connection)

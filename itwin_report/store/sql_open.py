@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
+import re
 import sqlite3
 import stat
 from collections.abc import Callable
@@ -241,6 +242,77 @@ def _open_sqlalchemy(uri: str) -> SqlReader:
     return SqlReader(query, uri, close=close, postgres_uri=postgres_uri)
 
 
+PLACEHOLDER = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+def _positional(sql: str, params: dict[str, Any]) -> tuple[str, list[Any]]:
+    """``:name`` placeholders as PostgreSQL's ``$1, $2, ...`` and their values in that order
+    (a name used twice binds once); numpy numbers become Python's."""
+    order: dict[str, int] = {}
+
+    def number(found: re.Match[str]) -> str:
+        return f"${order.setdefault(found.group(1), len(order) + 1)}"
+
+    text = PLACEHOLDER.sub(number, sql)
+    values = [params[name] for name in order]
+    return text, [v.item() if hasattr(v, "item") else v for v in values]
+
+
+def _connect_timeout(libpq: str) -> str:
+    """``libpq`` with libpq's ``connect_timeout`` unless it names one."""
+    if "connect_timeout=" in libpq:
+        return libpq
+    return f"{libpq}{'&' if '?' in libpq else '?'}connect_timeout={CONNECT_TIMEOUT_S}"
+
+
+def _open_postgres_adbc(uri: str) -> SqlReader | None:
+    """A reader of PostgreSQL on one read-only ADBC connection: runs, params, tags and points
+    come back as Arrow columns, and neither SQLAlchemy nor a DB-API driver is imported. None
+    when the ADBC driver is not installed or the columnar read is switched off (then
+    SQLAlchemy reads it)."""
+    from itwin_report.store.columnar import enabled
+
+    libpq = libpq_uri(uri)
+    if libpq is None or not enabled():
+        return None
+    try:
+        from adbc_driver_postgresql import dbapi
+    except ImportError:
+        return None
+    where = mask_uri(uri)
+    try:
+        conn = dbapi.connect(_connect_timeout(libpq))
+    except Exception as exc:  # the driver's own errors, one line
+        raise StoreError(f"cannot connect to {where}: {first_line(exc)}") from None
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+        conn.commit()
+    except Exception as exc:
+        with contextlib.suppress(Exception):
+            conn.close()
+        raise StoreError(f"cannot read {where}: {first_line(exc)}") from None
+
+    def query(sql: str, params: dict[str, Any]) -> pd.DataFrame:
+        text, values = _positional(sql, params)
+        try:
+            with conn.cursor() as cursor:
+                cursor.execute(text, values or None)
+                return cursor.fetch_arrow_table().to_pandas()
+        except Exception as exc:
+            with contextlib.suppress(Exception):  # a failed statement aborts the transaction
+                conn.rollback()
+            raise StoreError(f"cannot read {where}: {first_line(exc)}") from None
+
+    def close() -> None:
+        with contextlib.suppress(Exception):
+            conn.rollback()
+        with contextlib.suppress(Exception):
+            conn.close()
+
+    return SqlReader(query, uri, close=close, postgres_uri=libpq, postgres_connection=conn)
+
+
 def _version(query: Query) -> str | None:
     """The alembic revision of the database, None when it has no ``alembic_version`` table."""
     try:
@@ -285,7 +357,10 @@ def _check_schema(reader: SqlReader, uri: str) -> None:
 
 def open_sql_reader(uri: str) -> SqlReader:
     """A read-only reader for a sqlite or other SQL store; StoreError when it cannot be read."""
-    reader = _open_sqlite(uri) if store_kind(uri) == SQLITE else _open_sqlalchemy(uri)
+    if store_kind(uri) == SQLITE:
+        reader = _open_sqlite(uri)
+    else:
+        reader = _open_postgres_adbc(uri) or _open_sqlalchemy(uri)
     try:
         _check_schema(reader, uri)
     except BaseException:

@@ -98,11 +98,13 @@ class SqlReader:
         close: Callable[[], None] | None = None,
         sqlite_url: str | None = None,
         postgres_uri: str | None = None,
+        postgres_connection: Any = None,
     ) -> None:
         self._query = query
         self._sqlite = sqlite
         self._sqlite_url = sqlite_url  # the read-only URI filename, for the columnar reader
         self._postgres_uri = postgres_uri  # libpq's URI, for the columnar PostgreSQL read
+        self._postgres_connection = postgres_connection  # the reader's ADBC one, if any
         self._close = close
         self.uri = uri
         self.has_is_nan = True
@@ -348,7 +350,12 @@ class SqlReader:
         }
         keys = sorted({*(k for k in METRIC_KEYS if k in held), *like})
         parts = PointParts(sorted(run_ids), keys)
-        if keys and not read_points(self._postgres_uri, experiment_id, parts, self.has_is_nan):
+        conn = self._postgres_connection
+        if keys and not read_points(
+            self._postgres_uri, experiment_id, parts, self.has_is_nan, connection=conn
+        ):
+            if conn is not None:  # a refused query left the transaction aborted
+                conn.rollback()
             return None
         frame, bad = parts.frame()
         return self._drop_bad(frame, bad)
