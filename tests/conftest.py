@@ -384,7 +384,13 @@ def running_mlflow_server(mlflow_bin: Path, backend: str, root: Path) -> Iterato
             stderr=subprocess.STDOUT,
             start_new_session=True,
             cwd=root,
-            env={**os.environ, "MLFLOW_TRACKING_URI": ""},
+            # no job runner: MLflow 3's server would start several huey consumer processes,
+            # each importing MLflow (seconds of CPU each), for jobs these tests never submit
+            env={
+                **os.environ,
+                "MLFLOW_TRACKING_URI": "",
+                "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            },
         )
         url = f"http://127.0.0.1:{port}"
         try:
