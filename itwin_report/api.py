@@ -11,7 +11,9 @@
     result.table                 # one row per configuration and metric
     report = ir.build(data, traces="logs_torch_profiler")   # profiler traces, itwinai's layout
 
-Errors are :class:`~itwin_report.util.errors.ReportError` subclasses with the CLI's exit codes.
+Errors are :class:`~itwin_report.util.errors.ReportError` subclasses with the CLI's exit codes;
+every argument is checked by the command line's own rules (:mod:`itwin_report.options`), and a
+refused one is a ``BadOption`` (exit code 2) with the command line's words.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ TracePaths = str | Path | Sequence[str | Path]
 def load(
     tracking_uri: str | None = None,
     experiment: str | None = None,
-    run_names: Sequence[str] = (),
+    run_names: Sequence[str] | str = (),
     *,
     include_unfinished: bool = False,
     strategy_param: str = "strategy",
@@ -54,22 +56,33 @@ def load(
     at most ``cache_size``, e.g. ``"2GB"``, default 1 GiB) and read from the server again only
     when its run listing shows them changed; ``cache=False`` reads everything from the server.
     """
-    from itwin_report import store
+    from itwin_report import options, store
     from itwin_report.store.http_cache import CacheSettings
 
     settings = CacheSettings.from_options(cache, cache_dir, cache_size)
 
-    uri = store.resolve_tracking_uri(tracking_uri)
+    uri = store.resolve_tracking_uri(_uri(tracking_uri))
     return store.load_experiment(
         uri,
-        experiment,
-        list(run_names),
-        include_unfinished=include_unfinished,
-        show_progress=progress,
-        strategy_param=strategy_param,
-        workers_param=workers_param,
+        options.text("experiment", experiment, optional=True),
+        options.run_names(run_names),
+        include_unfinished=options.boolean("include_unfinished", include_unfinished),
+        show_progress=options.boolean("progress", progress),
+        strategy_param=options.text("strategy_param", strategy_param),
+        workers_param=options.text("workers_param", workers_param),
         cache=settings,
     )
+
+
+def _uri(value: Any) -> str | None:
+    """A tracking URI given as text or a path (None: the default)."""
+    from itwin_report.util.errors import BadOption
+
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Path):
+        return str(value)
+    raise BadOption(f"--tracking-uri: expected a URI or a path, got {value!r}")
 
 
 def build(
@@ -78,10 +91,10 @@ def build(
     warmup_epochs: int = 1,
     baseline: str = "auto",
     scaling: str = "auto",
-    predict: Sequence[int] = (),
+    predict: Sequence[int] | str = (),
     samples_per_epoch: float | None = None,
     throughput_source: str = "auto",
-    rate_config: tuple[str, int] | None = None,
+    rate_config: tuple[str, int] | str | None = None,
     fail_under_efficiency: float | None = None,
     gate_on: str = "epoch-time",
     pue: float | None = None,
@@ -110,30 +123,71 @@ def build(
     ``max_energy_per_speedup``, ``deadline_hours`` with ``epochs``) are the command's too: a
     value out of range raises a ReportError with exit code 2.
     """
+    from itwin_report.options import ReportOptions
     from itwin_report.render.notebook import Report
     from itwin_report.report import build_report
     from itwin_report.report.cost import CostFactors
     from itwin_report.traces.analyze import RunTraces
 
-    gate = None if fail_under_efficiency is None else (float(fail_under_efficiency), gate_on)
+    _require_data(data)
+    o = ReportOptions.of(
+        warmup_epochs=warmup_epochs,
+        baseline=baseline,
+        scaling=scaling,
+        predict=predict,
+        samples_per_epoch=samples_per_epoch,
+        throughput_source=throughput_source,
+        rate_config=rate_config,
+        fail_under_efficiency=fail_under_efficiency,
+        gate_on=gate_on,
+        pue=pue,
+        carbon_intensity=carbon_intensity,
+        gpu_hour_price=gpu_hour_price,
+        currency=currency,
+        gpus_per_node=gpus_per_node,
+        max_energy_per_speedup=max_energy_per_speedup,
+        deadline_hours=deadline_hours,
+        epochs=epochs,
+    )
+    gate = None if o.fail_under_efficiency is None else (o.fail_under_efficiency, o.gate_on)
     if traces is not None and not isinstance(traces, RunTraces):
         traces = read_traces(data, traces)
     report = build_report(
         data,
-        warmup_epochs=warmup_epochs,
-        rate_config=rate_config,
-        throughput_source=throughput_source,
-        baseline=baseline,
-        samples_per_epoch=samples_per_epoch,
-        scaling=scaling,
-        predict_workers=[int(w) for w in predict],
+        warmup_epochs=o.warmup_epochs,
+        rate_config=o.rate_config,
+        throughput_source=o.throughput_source,
+        baseline=o.baseline,
+        samples_per_epoch=o.samples_per_epoch,
+        scaling=o.scaling,
+        predict_workers=list(o.predict),
         gate=gate,
-        costs=CostFactors(pue, carbon_intensity, gpu_hour_price, currency, gpus_per_node),
-        max_energy_per_speedup=max_energy_per_speedup,
-        deadline=(deadline_hours, epochs),
+        costs=CostFactors(o.pue, o.carbon_intensity, o.gpu_hour_price, o.currency, o.gpus_per_node),
+        max_energy_per_speedup=o.max_energy_per_speedup,
+        deadline=(o.deadline_hours, o.epochs),
         traces=traces,
     )
     return Report.of(report)
+
+
+def _require_data(data: Any) -> None:
+    """BadOption unless ``data`` is what :func:`load` returned."""
+    from itwin_report.data.rundata import RunData
+    from itwin_report.util.errors import BadOption
+
+    if not isinstance(data, RunData):
+        raise BadOption(f"data: expected the runs ir.load returned, got {type(data).__name__}")
+
+
+def _paths(paths: Any) -> list[Path]:
+    """Trace paths: one path or text, or a sequence of them."""
+    from itwin_report.util.errors import BadOption
+
+    if isinstance(paths, str | Path):
+        return [Path(paths)]
+    if isinstance(paths, Sequence) and all(isinstance(p, str | Path) for p in paths):
+        return [Path(p) for p in paths]
+    raise BadOption(f"--traces: expected a path or a list of paths, got {paths!r}")
 
 
 def read_traces(
@@ -150,12 +204,15 @@ def read_traces(
     A path that does not exist raises a ReportError (exit code 1); traces that match no worker
     run, or several, are warnings naming the file (``docs/traces.md``).
     """
-    from itwin_report import store
+    from itwin_report import options, store
     from itwin_report.traces.analyze import RunTraces, find_traces, layout_files, run_traces
     from itwin_report.traces.match import TraceFile
     from itwin_report.traces.reader import is_trace_name
 
-    given = [Path(paths)] if isinstance(paths, str | Path) else [Path(p) for p in paths]
+    _require_data(data)
+    given = _paths(paths)
+    jobs = options.number("jobs", jobs)
+    tracking_uri = _uri(tracking_uri)
     found = find_traces(given)
     files, notes = layout_files(found, set(data.runs["run_name"]), given)
 
@@ -182,6 +239,13 @@ def _side(value: Any, name: str) -> Side:
         return side_from_report(value, name)
     if isinstance(value, dict):
         return side_from_dict(value, name)
+    if not isinstance(value, str | Path):
+        from itwin_report.util.errors import BadOption
+
+        raise BadOption(
+            f"{name}: expected a report, a JSON object or a saved report's path, "
+            f"got {type(value).__name__}"
+        )
     return load_side_file(Path(value))
 
 
@@ -197,8 +261,9 @@ def compare(
     ``result.table`` has one row per configuration and metric; ``compare.gate_error(result)``
     is the error the ``compare`` command would exit with (None when it passes).
     """
+    from itwin_report import options
     from itwin_report.analysis.comparison import compare_sides
 
-    return compare_sides(
-        _side(baseline, "BASELINE"), _side(current, "CURRENT"), max_regression, allow_missing
-    )
+    threshold = options.number("max_regression", max_regression)
+    missing = options.boolean("allow_missing", allow_missing)
+    return compare_sides(_side(baseline, "BASELINE"), _side(current, "CURRENT"), threshold, missing)

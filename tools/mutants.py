@@ -164,6 +164,30 @@ MUTANTS = (
         'table, notes = base_rule.apply(table, "samples_per_sec", False, used)',
         ("tests/test_report_throughput.py", "tests/test_one_truth.py"),
     ),
+    Mutant(
+        "M17",
+        "a device or a FIFO output renamed over like a regular file",
+        "itwin_report/util/atomic.py",
+        "return not stat.S_ISREG(mode) or _through_fd_link(path)",
+        "return _through_fd_link(path)",
+        ("tests/test_outputs_in_place.py",),
+    ),
+    Mutant(
+        "M18",
+        "an output inside an input folder (of traces) let through",
+        "itwin_report/store/uri.py",
+        "if source.is_dir() and _same_or_inside(path, source):",
+        "if False:",
+        ("tests/test_outputs_in_place.py",),
+    ),
+    Mutant(
+        "M19",
+        "the API's run_names text split into its characters",
+        "itwin_report/options.py",
+        "values = [value] if isinstance(value, str) else value",
+        "values = value",
+        ("tests/test_options.py",),
+    ),
 )
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -45,41 +44,98 @@ def output_option(help_text: str) -> Callable[[Any], Any]:
 def warmup_option(help_text: str) -> Callable[[Any], Any]:
     """``--warmup-epochs N`` (default 1): epochs left out of every run's epoch times."""
     return click.option(
-        "--warmup-epochs", type=click.IntRange(min=0), default=1, show_default=True, help=help_text
+        "--warmup-epochs",
+        type=Rule("warmup_epochs"),
+        metavar="N",
+        default=1,
+        show_default=True,
+        help=help_text,
     )
 
 
-class Threshold(click.ParamType):
-    """A finite number >= 0 (``nan`` and ``inf`` are bad usage, not a gate that always passes)."""
+def _number(text: Any) -> Any:
+    """A command line's text as a number when it reads as one (the rule words the rest)."""
+    if isinstance(text, str):
+        try:
+            return float(text.strip())
+        except ValueError:
+            return text
+    return text
+
+
+class Rule(click.ParamType):
+    """A value checked by :mod:`itwin_report.options`' rule for ``rule`` (an
+    ``OPTION_RANGES`` key): the API's rule and words, as Click's bad usage (exit 2)."""
 
     name = "X"
 
+    def __init__(self, rule: str) -> None:
+        self.rule = rule
+
+    def check(self, value: Any) -> Any:
+        from itwin_report import options
+
+        return options.number(self.rule, _number(value))
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if isinstance(value, float):
-            number = value
-        else:
-            try:
-                number = float(value)
-            except (TypeError, ValueError):
-                self.fail(f"{value!r} is not a number", param, ctx)
-        if not math.isfinite(number) or number < 0:
-            self.fail(f"{value!r} is not a finite number >= 0", param, ctx)
-        return number
+        from itwin_report.util.errors import BadOption
+
+        try:
+            return self.check(value)
+        except BadOption as exc:
+            self.fail(exc.problem, param, ctx)
 
 
-class Efficiency(Threshold):
+class Threshold(Rule):
+    """``compare --max-regression``: a finite number >= 0."""
+
+    def __init__(self) -> None:
+        super().__init__("max_regression")
+
+
+class Efficiency(Rule):
     """An efficiency threshold: a fraction from 0 to 1 (70 is refused: did you mean 0.70?)."""
 
+    def __init__(self) -> None:
+        super().__init__("fail_under_efficiency")
+
+    def check(self, value: Any) -> Any:
+        from itwin_report import options
+
+        return options.efficiency(self.rule, _number(value))
+
+
+class OneOf(click.Choice):
+    """One of :data:`itwin_report.options.CHOICES` ``[rule]``, checked by that rule."""
+
+    def __init__(self, rule: str) -> None:
+        from itwin_report.options import CHOICES
+
+        super().__init__(list(CHOICES[rule]))
+        self.rule = rule
+
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        number = super().convert(value, param, ctx)
-        if number > 1:
-            self.fail(
-                f"{value!r} is above 1: efficiency is a fraction from 0 to 1; "
-                f"did you mean {number / 100:.2f}?",
-                param,
-                ctx,
-            )
-        return number
+        from itwin_report import options
+        from itwin_report.util.errors import BadOption
+
+        try:
+            return options.choice(self.rule, value)
+        except BadOption as exc:
+            self.fail(exc.problem, param, ctx)
+
+
+def by_rule(check: Callable[[Any], Any]) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A Click callback applying one of :mod:`itwin_report.options`' functions."""
+
+    def callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        from itwin_report.util.errors import BadOption
+
+        try:
+            return check(value)
+        except BadOption as exc:
+            raise click.BadParameter(exc.problem, ctx=ctx, param=param) from None
+
+    return callback
 
 
 class CacheSize(click.ParamType):

@@ -21,9 +21,16 @@ def styled(fmt: str, output: Path | None) -> bool:
 
 
 def check_writable(outputs: dict[str, Path | None]) -> None:
-    """Refuse, before the store is read, an output whose folder is missing or read-only."""
+    """Refuse, before the store is read, an output whose folder is missing or read-only (or,
+    for an output written in place, such as a device or a FIFO, that cannot be written)."""
+    from itwin_report.util.atomic import in_place
+
     for option, path in outputs.items():
         if path is None:
+            continue
+        if option != "--plot-dir" and in_place(path):
+            if not os.access(path, os.W_OK):
+                raise ReportError(f"cannot write {option} {path}: permission denied")
             continue
         folder = path if option == "--plot-dir" else path.parent
         while option == "--plot-dir" and not folder.exists() and folder != folder.parent:

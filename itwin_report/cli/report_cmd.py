@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import click
 
+from itwin_report import options as rules
 from itwin_report.cli.group import Failure
 from itwin_report.cli.options import (
     Efficiency,
+    OneOf,
+    Rule,
+    by_rule,
     cache_options,
     cache_settings,
     format_option,
@@ -30,64 +32,6 @@ from itwin_report.render import FORMATS
 from itwin_report.util.errors import EXIT_USAGE, GateFailed
 
 
-def _split_names(values: Sequence[str]) -> list[str]:
-    """``--run-names a,b --run-names c`` -> ``[a, b, c]``."""
-    return [name.strip() for value in values for name in value.split(",") if name.strip()]
-
-
-def _parse_rate_config(value: str | None) -> tuple[str, int] | None:
-    if not value:
-        return None
-    strategy, sep, workers = value.rpartition(":")
-    ok = sep and strategy and workers.isascii() and workers.isdigit() and int(workers) > 0
-    if not ok:
-        raise click.BadParameter(
-            "expected STRATEGY:WORKERS with WORKERS > 0, e.g. horovod:8",
-            param_hint="--rate-config",
-        )
-    return strategy, int(workers)
-
-
-def _parse_workers(value: str | None) -> list[int]:
-    """``64,128`` -> ``[64, 128]``; BadParameter for anything but worker counts the loader
-    accepts (ASCII digits, 1 to its maximum worker count)."""
-    from itwin_report.data.validate import MAX_WORKERS
-
-    if not value:
-        return []
-    parts = [p.strip() for p in value.split(",") if p.strip()]
-    good = all(p.isascii() and p.isdigit() and len(p) <= 12 for p in parts)
-    if not parts or not good or not all(1 <= int(p) <= MAX_WORKERS for p in parts):
-        raise click.BadParameter(
-            f"expected worker counts from 1 to {MAX_WORKERS:,} separated by commas, e.g. 64,128",
-            param_hint="--predict",
-        )
-    return [int(p) for p in parts]
-
-
-def _finite(value: float | None, param: click.Parameter) -> float | None:
-    """Reject nan and inf, which every comparison would let through."""
-    if value is not None and not (value - value == 0):
-        raise click.BadParameter(f"{value} is not a finite number", param=param)
-    return value
-
-
-def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
-    """A callback refusing values outside ``name``'s range (data/validate.py's OPTION_RANGES)."""
-
-    def check(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
-        if value is None:  # nothing to check: the validation module (and pandas) loads later
-            return value
-        from itwin_report.data.validate import check_option
-
-        problem = check_option(name, value)
-        if problem:
-            raise click.BadParameter(problem, param=param)
-        return value
-
-    return check
-
-
 @click.command("generate-scalability-report")
 @click.option(
     "--experiment-name",
@@ -99,6 +43,7 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
     "-r",
     multiple=True,
     metavar="A,B",
+    callback=by_rule(rules.run_names),
     help="Only these top-level runs (comma-separated, repeatable).",
 )
 @tracking_uri_option()
@@ -138,7 +83,7 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 )
 @click.option(
     "--gate-on",
-    type=click.Choice(["epoch-time", "throughput"]),
+    type=OneOf("gate_on"),
     default="epoch-time",
     show_default=True,
     help="Which efficiency --fail-under-efficiency checks: epoch time (training epochs after "
@@ -146,7 +91,7 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 )
 @click.option(
     "--baseline",
-    type=click.Choice(["auto", "single-gpu", "per-strategy"]),
+    type=OneOf("baseline"),
     default="auto",
     show_default=True,
     help="Speedup against the single-GPU run for every strategy (auto: when there is one), "
@@ -154,9 +99,8 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 )
 @click.option(
     "--samples-per-epoch",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Rule("samples_per_epoch"),
     metavar="N",
-    callback=lambda ctx, param, value: _finite(value, param),
     help="Samples per epoch of every run, for throughput from epoch time (default: the "
     "samples_per_epoch param, else batch_size x batches per epoch x workers).",
 )
@@ -167,7 +111,7 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 )
 @click.option(
     "--throughput-source",
-    type=click.Choice(["auto", "performance", "rates", "epochs"]),
+    type=OneOf("throughput_source"),
     default="auto",
     show_default=True,
     help="Throughput from performance.json, the logged rate metrics, or epoch time and "
@@ -176,11 +120,12 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 @click.option(
     "--rate-config",
     metavar="STRATEGY:WORKERS",
+    callback=by_rule(rules.rate_config),
     help="Configuration for the Rate/GlobalRate plot (default: first strategy, fewest workers).",
 )
 @click.option(
     "--scaling",
-    type=click.Choice(["auto", "strong", "weak"]),
+    type=OneOf("scaling"),
     default="auto",
     show_default=True,
     help="Strong scaling (fixed global problem) or weak (fixed problem per GPU: efficiency is "
@@ -189,30 +134,28 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 @click.option(
     "--predict",
     metavar="N,M",
+    callback=by_rule(rules.worker_counts),
     help="Predict epoch time, speedup and efficiency at these worker counts from the fitted "
     "scaling models (e.g. 64,128).",
 )
 @click.option(
     "--pue",
-    type=float,
+    type=Rule("pue"),
     metavar="X",
-    callback=_in_range("pue"),
     help="Power usage effectiveness of the facility (1 to 5): adds facility energy per epoch "
     "and per run (GPU energy x X). Not given: no facility energy is shown.",
 )
 @click.option(
     "--carbon-intensity",
-    type=float,
+    type=Rule("carbon_intensity"),
     metavar="G_PER_KWH",
-    callback=_in_range("carbon_intensity"),
     help="Grams of CO2e per kWh of the grid (0 to 2000): adds CO2e per epoch and per run "
     "(of facility energy when --pue is given).",
 )
 @click.option(
     "--gpu-hour-price",
-    type=float,
+    type=Rule("gpu_hour_price"),
     metavar="P",
-    callback=_in_range("gpu_hour_price"),
     help="Price of one GPU-hour: adds the cost per epoch and per run (GPU-hours x P).",
 )
 @click.option(
@@ -222,32 +165,28 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 )
 @click.option(
     "--gpus-per-node",
-    type=int,
+    type=Rule("gpus_per_node"),
     metavar="N",
-    callback=_in_range("gpus_per_node"),
     help="GPUs per node, for node-hours when the runs log no hostname param on every rank.",
 )
 @click.option(
     "--max-energy-per-speedup",
-    type=float,
+    type=Rule("max_energy_per_speedup"),
     metavar="X",
-    callback=_in_range("max_energy_per_speedup"),
     help="The knee of the time-energy front: a step to a faster configuration is worth it "
     "while it costs at most X % more energy per 1 % more speed (default 1).",
 )
 @click.option(
     "--deadline-hours",
-    type=float,
+    type=Rule("deadline_hours"),
     metavar="H",
-    callback=_in_range("deadline_hours"),
     help="With --epochs: name the configuration with the fewest GPU-hours that trains that "
     "many epochs within H hours.",
 )
 @click.option(
     "--epochs",
-    type=int,
+    type=Rule("epochs"),
     metavar="E",
-    callback=_in_range("epochs"),
     help="Epochs of the training to plan, with --deadline-hours.",
 )
 @click.option(
@@ -280,7 +219,7 @@ def _in_range(name: str) -> Callable[[click.Context, click.Parameter, Any], Any]
 @click.option("--quiet", "-q", is_flag=True, help="No progress or plot messages on stderr.")
 def generate_scalability_report(
     experiment_name: str | None,
-    run_names: tuple[str, ...],
+    run_names: list[str],
     tracking_uri: str | None,
     warmup_epochs: int,
     fmt: str,
@@ -295,9 +234,9 @@ def generate_scalability_report(
     samples_per_epoch: float | None,
     include_unfinished: bool,
     throughput_source: str,
-    rate_config: str | None,
+    rate_config: tuple[str, int] | None,
     scaling: str,
-    predict: str | None,
+    predict: list[int],
     pue: float | None,
     carbon_intensity: float | None,
     gpu_hour_price: float | None,
@@ -349,32 +288,32 @@ def generate_scalability_report(
     from itwin_report.render import render
     from itwin_report.report import build_report
     from itwin_report.report.cost import CostFactors
-    from itwin_report.report.decision import check_decision_options
     from itwin_report.report.gate import require_measurements
 
-    rate = _parse_rate_config(rate_config)
-    targets = _parse_workers(predict)
+    # the rules between options (--currency needs --gpu-hour-price, ...), as the API's
+    rules.currency(currency, gpu_hour_price)
+    rules.deadline(deadline_hours, epochs)
     costs = CostFactors(pue, carbon_intensity, gpu_hour_price, currency or "", gpus_per_node)
-    costs.check()
-    check_decision_options(max_energy_per_speedup, deadline_hours, epochs)
     uri = store.resolve_tracking_uri(tracking_uri)
     outputs = {
         "--output": output,
         "--html": html_path,
         "--plot-dir": None if no_plots else plot_dir,
     }
-    conflict = store.check_outputs(uri, outputs)
-    if conflict:
-        raise Failure(conflict, EXIT_USAGE)
-    check_writable(outputs)
+    trace_files: list[Path] = []
     if traces:
         from itwin_report.traces.analyze import find_traces
 
-        find_traces(traces)  # a folder that does not exist: one line and exit 1, before loading
+        # a folder that does not exist: one line and exit 1, before loading
+        trace_files = find_traces(traces)
+    conflict = store.check_outputs(uri, outputs, inputs=[*trace_files, *traces])
+    if conflict:
+        raise Failure(conflict, EXIT_USAGE)
+    check_writable(outputs)
     data = store.load_experiment(
         uri,
         experiment_name,
-        _split_names(run_names),
+        run_names,
         include_unfinished=include_unfinished,
         show_progress=not quiet,
         strategy_param=strategy_param,
@@ -385,12 +324,12 @@ def generate_scalability_report(
     report = build_report(
         data,
         warmup_epochs=warmup_epochs,
-        rate_config=rate,
+        rate_config=rate_config,
         throughput_source=throughput_source,
         baseline=baseline,
         samples_per_epoch=samples_per_epoch,
         scaling=scaling,
-        predict_workers=targets,
+        predict_workers=predict,
         gate=None if fail_under_efficiency is None else (fail_under_efficiency, gate_on),
         costs=costs,
         max_energy_per_speedup=max_energy_per_speedup,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from itwin_report.cli.options import format_option, output_option
+from itwin_report.cli.options import Rule, format_option, output_option
 from itwin_report.cli.output import check_writable, emit
 
 FORMATS = ("table", "json", "markdown")
@@ -18,7 +18,8 @@ FORMATS = ("table", "json", "markdown")
 @click.option(
     "--jobs",
     "-j",
-    type=click.IntRange(min=1),
+    type=Rule("jobs"),
+    metavar="N",
     default=None,
     help="Traces read at once, each in its own process (default: the CPU count; small sets "
     "are read in one process).",
@@ -38,15 +39,23 @@ def analyze_traces_command(
     one folder form a job; a rank whose compute per step or collective launch
     lags the median beyond the others' spread is named a straggler.
     Unreadable traces are warnings naming the file; the files are never
-    changed.
+    changed (an --output that is one of them, or lies in a folder of PATHS,
+    is refused with exit code 2).
 
     \b
     Examples:
       itwin-report analyze-traces logs_torch_profiler/ddp-8/torch-traces
       itwin-report analyze-traces worker_0.1.pt.trace.json.gz --format json
     """
+    from itwin_report.cli.group import Failure
     from itwin_report.render.traces import write
-    from itwin_report.traces.analyze import analyze_traces
+    from itwin_report.store.uri import output_conflict
+    from itwin_report.traces.analyze import analyze_traces, find_traces
+    from itwin_report.util.errors import EXIT_USAGE
 
+    if output is not None:  # never over a trace, nor into a folder of them
+        conflict = output_conflict({"--output": output}, [], [*find_traces(paths), *paths])
+        if conflict:
+            raise Failure(conflict, EXIT_USAGE)
     check_writable({"--output": output})
     emit(write(analyze_traces(paths, jobs), fmt), output)

@@ -38,8 +38,8 @@ performance.json           total_samples 0 .. 1e15, total_time > 0 and <= 1e9, r
                            est_samples_per_sec > 0 and <= 1e15 (else NaN)
 =========================  ==============================================================
 
-The report's options on energy and cost are checked against :data:`OPTION_RANGES` by
-:func:`check_option` (a value outside is bad usage).
+The ranges, and the report's options checked against the same ranges, live in
+:mod:`itwin_report.options`.
 """
 
 from __future__ import annotations
@@ -61,9 +61,16 @@ from itwin_report.data.rundata import (
     TRAIN_LOSS_EPOCH,
     RunData,
 )
+from itwin_report.options import (
+    MAX_SECONDS,
+    MAX_WORKERS,
+    NON_NEGATIVE,
+    POSITIVE,
+    SECONDS,
+    Range,
+)
 from itwin_report.util.notes import Note
 
-MAX_WORKERS = 1_000_000
 MAX_NAMED = 5
 # the report table whose data each metric feeds (warnings about it are grouped there)
 TABLE_OF_KEY = {
@@ -75,36 +82,9 @@ TABLE_OF_KEY = {
     GLOBAL_RATE: "throughput",
     TRAIN_LOSS_EPOCH: "throughput",
 }
-INF = float("inf")
 
 
-@dataclass(frozen=True)
-class Range:
-    """``low <= x <= high`` (``low < x`` when ``open_low``); NaN and infinities never are."""
-
-    low: float
-    high: float = INF
-    open_low: bool = False
-
-    def ok(self, values: pd.Series) -> np.ndarray:
-        x = values.to_numpy(dtype="float64")
-        with np.errstate(invalid="ignore"):
-            above = x > self.low if self.open_low else x >= self.low
-            return np.isfinite(x) & above & (x <= self.high)
-
-    def __str__(self) -> str:
-        low = f"{'>' if self.open_low else '>='} {self.low:g}"
-        return f"{low} and <= {self.high:g}" if self.high != INF else f"{low} and finite"
-
-
-# Upper bounds far above anything real, so sums and means of valid values stay finite (MLflow
-# stores an infinite metric as the largest float, which is finite but no real value).
-MAX_SECONDS = 1e9  # ~31 years
-MAX_COUNT = 1e15  # samples, samples/s, microseconds of device time
 MAX_WATTS = 1e5  # one device
-POSITIVE = Range(0.0, MAX_COUNT, open_low=True)
-NON_NEGATIVE = Range(0.0, MAX_COUNT)
-SECONDS = Range(0.0, MAX_SECONDS, open_low=True)
 METRIC_RANGES: dict[str, Range] = {
     EPOCH_TIME: SECONDS,
     GPU_POWER: Range(0.0, MAX_WATTS),
@@ -118,28 +98,6 @@ RUN_VALUES: dict[str, Range] = {
     "samples_per_epoch": POSITIVE,
     "batch_size": POSITIVE,
 }
-# the report's energy and cost options (a value outside is bad usage): option -> (range, unit)
-OPTION_RANGES: dict[str, tuple[Range, str]] = {
-    "pue": (Range(1.0, 5.0), "a power usage effectiveness, facility / IT energy"),
-    "carbon_intensity": (Range(0.0, 2000.0), "g CO2e per kWh"),
-    "gpu_hour_price": (Range(0.0, 1e6), "price per GPU-hour"),
-    "gpus_per_node": (Range(1.0, float(MAX_WORKERS)), "GPUs per node"),
-    "max_energy_per_speedup": (Range(0.0, 1e6, open_low=True), "relative energy per speed"),
-    "deadline_hours": (Range(0.0, 1e6, open_low=True), "hours"),
-    "epochs": (Range(1.0, 1e9), "epochs"),
-}
-
-
-def check_option(name: str, value: float) -> str:
-    """Why ``value`` is no valid ``name`` (an :data:`OPTION_RANGES` key), "" when it is."""
-    valid, unit = OPTION_RANGES[name]
-    if not bool(valid.ok(pd.Series([value], dtype="float64"))[0]):
-        return f"{value:g} is not {valid} ({unit})"
-    if name in ("gpus_per_node", "epochs") and float(value) != int(value):
-        return f"{value:g} is not a whole number"
-    return ""
-
-
 PERFORMANCE_REQUIRED: dict[str, Range] = {
     "total_samples": NON_NEGATIVE,
     "total_time": SECONDS,

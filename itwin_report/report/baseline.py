@@ -22,15 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from itwin_report.options import CHOICES, choice
 from itwin_report.report.columns import base_of
 from itwin_report.report.common import label
-from itwin_report.util.errors import ReportError
 
 __all__ = ["AUTO", "BASELINES", "Baseline", "apply", "base_of", "decide"]
 
 NON_DISTRIBUTED = "non-distributed"  # how itwinai names a 1-worker job's strategy
 AUTO, SINGLE_GPU, PER_STRATEGY = "auto", "single-gpu", "per-strategy"
-BASELINES = (AUTO, SINGLE_GPU, PER_STRATEGY)
+BASELINES = CHOICES["baseline"]  # (AUTO, SINGLE_GPU, PER_STRATEGY)
 BASE_COLUMNS = ["base_strategy", "base_workers"]
 
 Config = tuple[str, int]
@@ -88,8 +88,7 @@ def decide(
     A strategy whose smallest configuration in ``all_configs`` has no usable value is named in
     a note (its base moved up).
     """
-    if baseline not in BASELINES:
-        raise ReportError(f"unknown baseline {baseline!r}; use one of {', '.join(BASELINES)}")
+    choice("baseline", baseline)
     strategies = table["strategy"].astype(str).to_numpy(dtype=object)
     workers = table["workers"].to_numpy(dtype=float)
     usable = _usable(table[value].to_numpy(dtype=float))

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from itwin_report.analysis.intervals import fastest_lines
-from itwin_report.analysis.scaling_mode import MODES, decide, weak_efficiency
+from itwin_report.analysis.scaling_mode import decide, weak_efficiency
 from itwin_report.analysis.scaling_models import (
     Ceiling,
     describe,
@@ -18,20 +18,20 @@ from itwin_report.analysis.scaling_models import (
     predict,
 )
 from itwin_report.data.rundata import RunData
-from itwin_report.report.baseline import AUTO, BASELINES, Baseline
+from itwin_report.options import ReportOptions
+from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.breakdown import merged_stragglers, time_breakdown, trace_ranks
 from itwin_report.report.common import normalized
 from itwin_report.report.computation import computation_table
 from itwin_report.report.cost import CostFactors, add_costs
-from itwin_report.report.decision import check_decision_options, decide_costs
+from itwin_report.report.decision import decide_costs
 from itwin_report.report.epoch_time import epoch_time_table, run_means_table
 from itwin_report.report.gate import evaluate
 from itwin_report.report.gpu import gpu_table
 from itwin_report.report.model import Analysis, Report
 from itwin_report.report.series import rate_series
 from itwin_report.report.stragglers import metric_stragglers
-from itwin_report.report.throughput import SOURCE_NAMES, throughput_table
-from itwin_report.util.errors import ReportError
+from itwin_report.report.throughput import throughput_table
 from itwin_report.util.notes import tagged
 from itwin_report.util.text import name_list
 
@@ -56,7 +56,8 @@ def build_report(
     deadline: tuple[float | None, int | None] | None = None,
     traces: RunTraces | None = None,
 ) -> Report:
-    """Aggregate ``data`` into a :class:`Report`; raises ``ReportError`` on bad options.
+    """Aggregate ``data`` into a :class:`Report`; raises ``BadOption`` on bad options (the
+    rules of :mod:`itwin_report.options`).
 
     ``baseline``: ``auto`` (the single-GPU run when there is one, else per strategy),
     ``single-gpu`` or ``per-strategy``. ``samples_per_epoch`` states the samples per epoch of
@@ -66,23 +67,23 @@ def build_report(
     (:func:`itwin_report.traces.analyze.run_traces`): their per-rank breakdown feeds the time
     breakdown and the computation table, their stragglers join the metrics' ones.
     """
-    if warmup_epochs < 0:
-        raise ReportError(f"warm-up epochs must be >= 0, got {warmup_epochs}")
-    if throughput_source != "auto" and throughput_source not in SOURCE_NAMES:
-        choices = ", ".join(["auto", *SOURCE_NAMES])
-        raise ReportError(f"unknown throughput source {throughput_source!r}; use one of {choices}")
-    if baseline not in BASELINES:
-        raise ReportError(f"unknown baseline {baseline!r}; use one of {', '.join(BASELINES)}")
-    if samples_per_epoch is not None and not (0 < samples_per_epoch < float("inf")):
-        raise ReportError(f"samples per epoch must be > 0 and finite, got {samples_per_epoch}")
-    if scaling not in MODES:
-        raise ReportError(f"unknown scaling {scaling!r}; use one of {', '.join(MODES)}")
-    if predict_workers and min(predict_workers) < 1:
-        raise ReportError("worker counts to predict must be >= 1")
     costs = costs or CostFactors()
-    costs.check()
     hours, epochs = deadline or (None, None)
-    check_decision_options(max_energy_per_speedup, hours, epochs)
+    ReportOptions.of(
+        warmup_epochs=warmup_epochs,
+        baseline=baseline,
+        scaling=scaling,
+        throughput_source=throughput_source,
+        samples_per_epoch=samples_per_epoch,
+        predict=predict_workers or [],
+        rate_config=rate_config,
+        fail_under_efficiency=gate[0] if gate else None,
+        gate_on=gate[1] if gate else None,
+        max_energy_per_speedup=max_energy_per_speedup,
+        deadline_hours=hours,
+        epochs=epochs,
+        **costs.to_dict(),
+    )
     data = normalized(data)
     epoch, w_epoch, used = epoch_time_table(data, warmup_epochs, baseline)
     runs = run_means_table(data, warmup_epochs)

@@ -26,19 +26,8 @@ import pandas as pd
 from itwin_report.analysis.intervals import mean_interval, run_groups
 from itwin_report.data.frames import text_index
 from itwin_report.data.rundata import RunData
-from itwin_report.data.validate import check_option
 from itwin_report.report.epoch_time import epoch_points
 from itwin_report.report.throughput import samples_per_epoch
-from itwin_report.util.errors import EXIT_USAGE, ReportError
-
-
-class BadOption(ReportError):
-    """An energy or cost option outside its valid range: bad usage."""
-
-    exit_code = EXIT_USAGE
-
-
-MAX_CURRENCY = 8
 
 
 @dataclass(frozen=True)
@@ -51,34 +40,9 @@ class CostFactors:
     currency: str = ""
     gpus_per_node: int | None = None
 
-    def check(self) -> None:
-        """BadOption naming the first factor outside its range (see data/validate.py)."""
-        for name, option in (
-            ("pue", "--pue"),
-            ("carbon_intensity", "--carbon-intensity"),
-            ("gpu_hour_price", "--gpu-hour-price"),
-            ("gpus_per_node", "--gpus-per-node"),
-        ):
-            value = getattr(self, name)
-            problem = "" if value is None else check_option(name, value)
-            if problem:
-                raise BadOption(f"{option}: {problem}")
-        if self.currency and not currency_ok(self.currency):
-            raise BadOption(
-                f"--currency: expected 1 to {MAX_CURRENCY} letters or a currency sign, "
-                f"e.g. EUR, got {self.currency!r}"
-            )
-        if self.currency and self.gpu_hour_price is None:
-            raise BadOption("--currency needs --gpu-hour-price")
-
     def to_dict(self) -> dict[str, object]:
         """The factors as the JSON report's ``cost_factors``."""
         return asdict(self)
-
-
-def currency_ok(text: str) -> bool:
-    """A currency code or sign: 1 to 8 printable characters, no space or control character."""
-    return 0 < len(text) <= MAX_CURRENCY and all(c.isprintable() and not c.isspace() for c in text)
 
 
 def _job_frame(data: RunData, given_spe: float | None) -> pd.DataFrame:

@@ -17,8 +17,6 @@ import pandas as pd
 from itwin_report.analysis import pareto
 from itwin_report.analysis.intervals import mean_interval, run_groups
 from itwin_report.analysis.pareto import DEFAULT_MAX_ENERGY_PER_SPEEDUP, Point
-from itwin_report.data.validate import check_option
-from itwin_report.report.cost import BadOption
 from itwin_report.report.specs import SPECS
 from itwin_report.util.text import plural
 
@@ -71,22 +69,6 @@ class Decision:
 
 def _named(key: tuple[str, int] | None) -> dict[str, Any] | None:
     return None if key is None else {"strategy": key[0], "workers": int(key[1])}
-
-
-def check_decision_options(
-    max_energy_per_speedup: float | None, deadline_hours: float | None, epochs: int | None
-) -> None:
-    """BadOption for a value outside its range, or a deadline without epochs (or back)."""
-    for name, option, value in (
-        ("max_energy_per_speedup", "--max-energy-per-speedup", max_energy_per_speedup),
-        ("deadline_hours", "--deadline-hours", deadline_hours),
-        ("epochs", "--epochs", epochs),
-    ):
-        problem = "" if value is None else check_option(name, value)
-        if problem:
-            raise BadOption(f"{option}: {problem}")
-    if (deadline_hours is None) != (epochs is None):
-        raise BadOption("--deadline-hours and --epochs go together: give both or neither")
 
 
 def points(epoch: pd.DataFrame, gpu: pd.DataFrame, run_means: pd.DataFrame) -> list[Point]:

@@ -25,6 +25,7 @@ from itwin_report.store.uri import (
     mask_uri,
     output_conflict,
     resolve_tracking_uri,
+    sqlite_path,
     store_kind,
     store_paths,
 )
@@ -77,7 +78,9 @@ def check_outputs(
 
     Guarded: the sqlite file and its side files (:data:`~itwin_report.store.uri.sqlite_files`),
     the file-store directory, the local artifact roots of a sqlite or file store's experiments,
-    and ``extra`` (artifact roots a command is about to create). A URI the loader would refuse
+    the ``artifacts`` folder beside a sqlite file (where new experiments keep theirs), ``extra``
+    (artifact roots a command is about to create) and ``inputs`` (files, and folders whose
+    files the command reads). A URI the loader would refuse
     guards nothing here: the load reports it.
     """
     given = {option: path for option, path in outputs.items() if path is not None}
@@ -90,6 +93,8 @@ def check_outputs(
         return output_conflict(given, list(extra), inputs)
     if kind in (SQLITE, FILE):
         protected += _local_artifact_roots(uri)
+    if kind == SQLITE:  # where the emulator puts the artifacts of a new experiment
+        protected.append(sqlite_path(uri).parent / "artifacts")
     return output_conflict(given, protected, inputs)
 
 

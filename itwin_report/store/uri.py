@@ -154,8 +154,8 @@ def _same_file(path: Path, other: Path) -> bool:
 def output_conflict(
     outputs: dict[str, Path], protected: Sequence[Path], inputs: Sequence[Path] = ()
 ) -> str | None:
-    """A message when an output (``{option: path}``) would write into the store or over an
-    input of the command, else None."""
+    """A message when an output (``{option: path}``) would write into the store, over an input
+    file of the command or into an input folder (also through links or hard links), else None."""
     for option, path in outputs.items():
         for guarded in protected:
             if _same_or_inside(path, guarded):
@@ -166,4 +166,9 @@ def output_conflict(
         for source in inputs:
             if _same_file(path, source):
                 return f"{option} {path} would overwrite the input {source}; choose another path"
+            if source.is_dir() and _same_or_inside(path, source):
+                return (
+                    f"{option} {path} would write into the input folder {source}; "
+                    "choose a path outside it"
+                )
     return None

@@ -6,6 +6,12 @@ output or ``.tmp`` file is ever left behind.
 The outputs of one run are published as a set (:func:`output_set`): every file is complete
 before the first is moved into place.
 
+Only a regular file (or a new path) is replaced so. Anything else an output names is written
+where it is, never renamed over nor removed (:func:`in_place`): a device (``/dev/null``), a
+FIFO or a process substitution, a socket, or a link to an open file descriptor
+(``/dev/stdout``, ``/proc/self/fd/N``), which is appended to. A link to a regular file stays
+a link: the file it points at is replaced.
+
 Light module: standard library only.
 """
 
@@ -13,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +33,56 @@ def _umask() -> int:
     return mask
 
 
+_FD_FOLDER = re.compile(r"/proc/[^/]+/fd|/dev/fd")
+_MAX_LINKS = 40  # as the kernel's own limit on links followed in one lookup
+
+
+def _through_fd_link(path: Path) -> bool:
+    """Whether ``path``, or a link on the way to its file, lies in a folder of open file
+    descriptors (``/proc/<pid>/fd``, ``/dev/fd``)."""
+    current = os.path.abspath(path)
+    for _ in range(_MAX_LINKS):
+        if _FD_FOLDER.fullmatch(os.path.realpath(os.path.dirname(current))):
+            return True
+        if not os.path.islink(current):
+            return False
+        current = os.path.abspath(os.path.join(os.path.dirname(current), os.readlink(current)))
+    return False
+
+
+def in_place(path: Path) -> bool:
+    """Whether ``path`` is written where it is rather than replaced: it exists and is no
+    regular file, or it leads to an open file descriptor (``/dev/stdout``)."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return _through_fd_link(path)  # a new path (or one the write will report)
+    return not stat.S_ISREG(mode) or _through_fd_link(path)
+
+
+def write_in_place(path: Path, text: str) -> None:
+    """Write ``text`` into what ``path`` names, as it is: a device or a FIFO is opened for
+    writing, a file behind a descriptor link is appended to (as the shell left it); nothing is
+    created, renamed or removed."""
+    flags = os.O_WRONLY | (os.O_APPEND if os.path.isfile(path) else 0)
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write(text)
+
+
+def target(path: Path) -> Path:
+    """The file a regular output replaces: ``path`` itself, or the file a link points at (the
+    link stays)."""
+    return Path(os.path.realpath(path)) if os.path.islink(path) else path
+
+
 def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically (UTF-8, the mode a new file would get)."""
+    """Write ``text`` to ``path`` atomically (UTF-8, the mode a new file would get); in place
+    when :func:`in_place` says so."""
+    if in_place(path):
+        write_in_place(path, text)
+        return
+    path = target(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -73,9 +129,15 @@ class OutputSet:
         self._moves: list[tuple[Path, Path]] = []
         self._temps: list[Path] = []
         self._removals: list[Path] = []
+        self._in_place: list[tuple[Path, str]] = []
 
     def text(self, path: Path, text: str) -> None:
-        """Stage ``text`` for ``path`` (UTF-8, the mode a new file would get)."""
+        """Stage ``text`` for ``path`` (UTF-8, the mode a new file would get); a ``path``
+        written in place (:func:`in_place`) is kept in memory and written at :meth:`commit`."""
+        if in_place(path):
+            self._in_place.append((path, text))
+            return
+        path = target(path)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         self._temps.append(Path(tmp))
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -101,7 +163,11 @@ class OutputSet:
         self._removals += paths
 
     def commit(self) -> None:
-        """Move every staged file into place, then delete the files given to :meth:`remove`."""
+        """Write the outputs written in place, move every staged file into place, then delete
+        the files given to :meth:`remove`."""
+        for path, text in self._in_place:
+            write_in_place(path, text)
+        self._in_place.clear()
         for tmp, path in self._moves:
             os.replace(tmp, path)
         self._moves.clear()
@@ -120,6 +186,7 @@ class OutputSet:
                     tmp.unlink()
         self._temps.clear()
         self._moves.clear()
+        self._in_place.clear()
 
 
 @contextlib.contextmanager

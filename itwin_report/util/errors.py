@@ -46,6 +46,17 @@ class DataError(ReportError):
     """The data read is unusable (malformed file, disagreeing records, ...)."""
 
 
+class BadOption(ReportError):
+    """An option's value that its rule refuses (:mod:`itwin_report.options`): bad usage.
+    ``problem`` is the message without the option's name (what Click prints after it)."""
+
+    exit_code = EXIT_USAGE
+
+    def __init__(self, message: str, problem: str = "") -> None:
+        super().__init__(message)
+        self.problem = problem or message
+
+
 class GateFailed(ReportError):
     """``--fail-under-efficiency`` found a configuration below the threshold."""
 
