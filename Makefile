@@ -110,6 +110,7 @@ $(ITWINAI_STAMP):
 bench: $(STAMP) $(ITWINAI_STAMP) $(HTA_STAMP)
 	ITWINAI_PYTHON=$(CURDIR)/$(ITWINAI_VENV)/bin/python $(PY) bench/bench.py
 	$(PY) bench/bench_html.py
+	$(PY) bench/bench_limits.py
 	HTA_PYTHON=$(CURDIR)/$(HTA_VENV)/bin/python $(PY) bench/bench_traces.py
 
 $(HTA_STAMP):

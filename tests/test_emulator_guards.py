@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import socket
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -150,9 +149,7 @@ def _closed_port() -> int:
 )
 def test_unreachable_target_fails_fast_and_masked(scheme: str) -> None:
     uri = f"{scheme}:{_closed_port()}/mlflow"
-    started = time.monotonic()
-    code, err = _invoke(*TINY, "--tracking-uri", uri)
-    assert time.monotonic() - started < 30
+    code, err = _invoke(*TINY, "--tracking-uri", uri)  # its seconds: bench/bench_limits.py
     assert code == 1 and err.startswith("Error: cannot reach ") and err.count("\n") == 1, err
     assert "s3cret" not in err and "***" in err
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import socket
 import sqlite3
-import time
 from pathlib import Path
 
 import pytest
@@ -126,10 +125,8 @@ def test_unreachable_server_fails_fast() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed when the block ends: nobody listens there
-    start = time.monotonic()
-    with pytest.raises(StoreError) as err:
+    with pytest.raises(StoreError) as err:  # its seconds: bench/bench_limits.py
         ApiReader(f"http://user:pw@127.0.0.1:{port}")
-    assert time.monotonic() - start < 10
     assert str(err.value).startswith(
         f"cannot reach MLflow server at http://user:***@127.0.0.1:{port}: "
     )

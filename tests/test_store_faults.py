@@ -6,7 +6,6 @@ import json
 import os
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
@@ -83,11 +82,12 @@ def quick_http(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     yield
 
 
-def _fails(uri: str) -> tuple[str, float]:
-    start = time.monotonic()
+def _fails(uri: str) -> str:
+    """The one-line error of a failing load. How long it takes is bench/bench_limits.py's to
+    measure; a test asserts the work done (requests sent), never seconds."""
     with pytest.raises(StoreError) as err:
         load_experiment(uri, None, show_progress=False)
-    return str(err.value), time.monotonic() - start
+    return str(err.value)
 
 
 def _one_line_masked(message: str) -> None:
@@ -99,16 +99,14 @@ def test_refused_port_is_one_masked_line() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]  # closed when the block ends: nobody listens there
-    message, elapsed = _fails(f"http://user:{SECRET}@127.0.0.1:{port}")
-    assert elapsed < PROMISE_S
+    message = _fails(f"http://user:{SECRET}@127.0.0.1:{port}")
     assert message.startswith(f"cannot reach MLflow server at http://user:***@127.0.0.1:{port}: ")
     _one_line_masked(message)
 
 
 def test_server_that_never_answers(quick_http: None) -> None:
     with FaultServer(good=0, then="hang") as server:
-        message, elapsed = _fails(server.url)
-    assert elapsed < PROMISE_S
+        message = _fails(server.url)
     assert message == (
         f"cannot reach MLflow server at http://user:***@127.0.0.1:"
         f"{server.httpd.server_address[1]}: timed out"
@@ -118,8 +116,7 @@ def test_server_that_never_answers(quick_http: None) -> None:
 
 def test_server_that_answers_once_then_hangs(quick_http: None) -> None:
     with FaultServer(good=1, then="hang") as server:
-        message, elapsed = _fails(server.url)
-    assert elapsed < PROMISE_S
+        message = _fails(server.url)
     assert message.startswith("cannot list experiments in http://user:***@127.0.0.1:")
     _one_line_masked(message)
     # the probe, then MLflow's request tried 1 + MLFLOW_HTTP_REQUEST_MAX_RETRIES times
@@ -129,8 +126,7 @@ def test_server_that_answers_once_then_hangs(quick_http: None) -> None:
 
 def test_server_that_answers_once_then_fails(quick_http: None) -> None:
     with FaultServer(good=1, then="fail") as server:
-        message, elapsed = _fails(server.url)
-    assert elapsed < PROMISE_S
+        message = _fails(server.url)
     assert message.startswith("cannot list experiments in http://user:***@127.0.0.1:")
     assert "500" in message
     _one_line_masked(message)

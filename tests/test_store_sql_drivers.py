@@ -104,26 +104,22 @@ def password_database(postgres: Any) -> str:
 def test_emulate_into_postgres_with_a_wrong_password_fails_at_once(
     password_database: str, tmp_path: Path
 ) -> None:
-    """One line within seconds, not MLflow's minutes of retries and warnings."""
+    """One line, not MLflow's minutes of retries and warnings (its seconds: bench)."""
     import os
     import subprocess
     import sys
-    import time
 
     uri = password_database.format(password="Wrong-pw-4242")
     cmd = [sys.executable, "-m", "itwin_report", "emulate", "--tracking-uri", uri,
            "--workers", "2", "--repeats", "1"]  # fmt: skip
-    started = time.monotonic()
     done = subprocess.run(
         cmd, capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "NO_COLOR": "1"}
     )
-    took = time.monotonic() - started
     assert done.returncode == 1 and done.stdout == ""
     masked = uri.replace("Wrong-pw-4242", "***")
     assert done.stderr.startswith(f"Error: cannot connect to {masked}: connection failed: ")
     assert done.stderr.endswith('password authentication failed for user "alice"\n')
     assert done.stderr.count("\n") == 1 and "Wrong-pw-4242" not in done.stderr
-    assert took < 30, took  # the README's promise; it took 106-117 s before
     # the right password goes through the same check and writes the runs
     right = password_database.format(password="right-pw")
     done = subprocess.run([*cmd[:5], right, *cmd[6:]], capture_output=True, text=True, cwd=tmp_path)
