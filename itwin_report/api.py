@@ -59,7 +59,8 @@ def load(
     from itwin_report import options, store
     from itwin_report.store.http_cache import CacheSettings
 
-    settings = CacheSettings.from_options(cache, cache_dir, cache_size)
+    folder = None if cache_dir is None else _paths(cache_dir, "cache_dir")[0]
+    settings = CacheSettings.from_options(options.boolean("cache", cache), folder, cache_size)
 
     uri = store.resolve_tracking_uri(_uri(tracking_uri))
     return store.load_experiment(
@@ -179,15 +180,18 @@ def _require_data(data: Any) -> None:
         raise BadOption(f"data: expected the runs ir.load returned, got {type(data).__name__}")
 
 
-def _paths(paths: Any) -> list[Path]:
-    """Trace paths: one path or text, or a sequence of them."""
+def _paths(paths: Any, name: str = "traces") -> list[Path]:
+    """Paths: one path or text, or (for ``traces``) a sequence of them."""
+    from itwin_report import options
     from itwin_report.util.errors import BadOption
 
     if isinstance(paths, str | Path):
         return [Path(paths)]
-    if isinstance(paths, Sequence) and all(isinstance(p, str | Path) for p in paths):
+    many = name == "traces" and isinstance(paths, Sequence)
+    if many and all(isinstance(p, str | Path) for p in paths):
         return [Path(p) for p in paths]
-    raise BadOption(f"--traces: expected a path or a list of paths, got {paths!r}")
+    what = "a path or a list of paths" if name == "traces" else "a path"
+    raise BadOption(f"{options.flag(name)}: expected {what}, got {paths!r}")
 
 
 def read_traces(

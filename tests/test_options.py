@@ -103,7 +103,13 @@ def test_text_arguments_mean_what_the_command_line_means(
     assert set(one.runs["run_name"]) == {"ddp-8"}
     two = ir.load(scaling_sqlite[0], "scaling", run_names="ddp-4,ddp-8")
     assert set(two.runs["run_name"]) == {"ddp-4", "ddp-8"}
-    for bad in ({"run_names": ["ddp-8", 3]}, {"include_unfinished": "no"}, {"progress": 1}):
+    for bad in (
+        {"run_names": ["ddp-8", 3]},
+        {"include_unfinished": "no"},
+        {"progress": 1},
+        {"cache": "no"},  # it was taken as true
+        {"cache_dir": 3},  # a TypeError
+    ):
         with pytest.raises(BadOption):
             ir.load(scaling_sqlite[0], "scaling", **bad)
     with pytest.raises(BadOption, match=r"^--experiment-name: expected a non-blank text"):

@@ -117,6 +117,11 @@ def _written(name: str, code: int, out: str, err: str, got: list[bytes]) -> None
     assert got and got[0].decode().startswith(STARTS[name]), got[:1]
 
 
+def _report_args(run: Any) -> tuple[str, ...]:
+    """The report command on the fixture's store, quiet (its plots on)."""
+    return ("generate-scalability-report", "--tracking-uri", run.uri, "-e", "scaling", "-q")
+
+
 @pytest.fixture
 def run(
     scaling_sqlite: tuple[str, dict[str, Any]], inputs: dict[str, Path]
@@ -124,6 +129,7 @@ def run(
     def go(name: str, out: Path) -> tuple[int, str, str]:
         return _invoke(*_commands(scaling_sqlite[0], inputs)[name](str(out)))
 
+    go.uri = scaling_sqlite[0]  # type: ignore[attr-defined]
     return go
 
 
@@ -314,3 +320,22 @@ def test_outputs_over_sides_records_and_the_store_are_refused(
     merge = ("merge-performance", str(perf), str(inputs["perf1"]), "-o")
     for out in (perf, tmp_path / "perf-hard.json"):
         _refused((*merge, str(out)), f"would overwrite the input {perf}", before, tmp_path)
+
+
+def test_plots_named_by_a_fifo_are_written_into_it(run: Any, tmp_path: Path) -> None:
+    """In --plot-dir a FIFO under a plot's name gets that plot; one under the name of a plot
+    this report does not draw (prediction.svg, without --predict) is left alone, never removed
+    as an earlier report's plot would be."""
+    plots = tmp_path / "plots"
+    plots.mkdir()
+    drawn, stale = plots / "epoch_time.svg", plots / "prediction.svg"
+    os.mkfifo(drawn)
+    os.mkfifo(stale)
+    (plots / "speedup.svg").write_text("an earlier report's plot")
+    with _reading(drawn) as got:
+        code, _, err = _invoke(*_report_args(run), "--plot-dir", str(plots), "--plot-format", "svg")
+    assert (code, err) == (0, "")
+    assert got and got[0].startswith(b"<?xml") and b"</svg>" in got[0]
+    assert stat.S_ISFIFO(os.lstat(drawn).st_mode) and stat.S_ISFIFO(os.lstat(stale).st_mode)
+    assert (plots / "speedup.svg").read_text().startswith("<?xml")  # replaced whole
+    assert not [p.name for p in plots.iterdir() if p.name.startswith(".")]

@@ -64,10 +64,15 @@ def write_in_place(path: Path, text: str) -> None:
     """Write ``text`` into what ``path`` names, as it is: a device or a FIFO is opened for
     writing, a file behind a descriptor link is appended to (as the shell left it); nothing is
     created, renamed or removed."""
+    write_bytes_in_place(path, text.encode("utf-8"))
+
+
+def write_bytes_in_place(path: Path, data: bytes) -> None:
+    """:func:`write_in_place` for bytes (a plot)."""
     flags = os.O_WRONLY | (os.O_APPEND if os.path.isfile(path) else 0)
     fd = os.open(path, flags)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        handle.write(text)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(data)
 
 
 def target(path: Path) -> Path:
@@ -169,9 +174,14 @@ class OutputSet:
             write_in_place(path, text)
         self._in_place.clear()
         for tmp, path in self._moves:
-            os.replace(tmp, path)
+            if in_place(path):  # a plot's name taken by a FIFO or a device: written into
+                write_bytes_in_place(path, tmp.read_bytes())
+            else:
+                os.replace(tmp, target(path))
         self._moves.clear()
         for path in self._removals:
+            if in_place(path):
+                continue  # only regular files are ever removed
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
         self._removals.clear()
