@@ -25,7 +25,9 @@ def _system_points(gpus: int, t: int) -> list[tuple[str, float, int, int]]:
         for step in range(3):
             points.append((f"system/gpu_{gpu}_power_usage_watts", system_power(gpu, step), t, step))
             points.append((f"system/gpu_{gpu}_utilization_percentage", 10.0 * gpu, t, step))
-        points.append((f"system/gpu_{gpu}_memory_usage_megabytes", 1.0, t, 0))  # never read
+        points.append((f"system/gpu_{gpu}_memory_usage_megabytes", 1.0, t, 0))
+        points.append((f"system/gpu_{gpu}_power_usage_percentage", 1.0, t, 0))  # never read
+    points.append(("system/cpu_utilization_percentage", 1.0, t, 0))  # never read
     return points
 
 
@@ -49,6 +51,7 @@ def build_plain_store(uri: str) -> dict[str, str]:
         ids[f"ddp-2/{rank}"] = run(f"worker_{rank}", params, _system_points(2, 0), top)
     w.end_run(top, 1)
     own = [("gpu_power_W", 7.0, 0, s) for s in range(3)]
+    own += [("system/node 1/gpu_3_utilization_percentage", 60.0, 0, s) for s in range(3)]
     ids["own"] = run("own", {"backend": "gloo", "world_size": 1}, own + _system_points(1, 0))
     return ids
 
@@ -82,25 +85,25 @@ def test_params_chosen_by_name(plain: tuple[str, str, Any], kind: str) -> None:
 
 
 @pytest.mark.parametrize("kind", ["sql", "file"])
-def test_system_metrics_feed_the_gpu_keys(plain: tuple[str, str, Any], kind: str) -> None:
+def test_system_gpu_metrics_are_loaded_as_logged(plain: tuple[str, str, Any], kind: str) -> None:
     uri = plain[0] if kind == "sql" else plain[1]
     ids = plain[2][kind]
     m = _load(uri).metrics
-    assert set(m["key"]) == {"epoch_time_s", "gpu_power_W", "gpu_utilization_percent"}
+    measures = ("power_usage_watts", "utilization_percentage", "memory_usage_megabytes")
+    system = {f"system/gpu_{i}_{what}" for i in (0, 1) for what in measures}
+    node = "system/node 1/gpu_3_utilization_percentage"  # a node id: a folder of the file store
+    assert set(m["key"]) == {"epoch_time_s", "gpu_power_W", node, *system}
 
     def series(run: str, key: str) -> list[float]:
         part = m[(m["run_id"] == ids[run]) & (m["key"] == key)]
         return part.sort_values("step")["value"].tolist()
 
-    # a rank's own GPU is the (rank % GPUs seen)-th one
-    assert series("plain-1", "gpu_power_W") == [system_power(0, s) for s in range(3)]
-    assert series("plain-2", "gpu_power_W") == [100.0, 101.0, 102.0]
-    assert series("ddp-2/0", "gpu_power_W") == [system_power(0, s) for s in range(3)]
-    assert series("ddp-2/1", "gpu_power_W") == [150.0, 151.0, 152.0]
-    assert series("ddp-2/1", "gpu_utilization_percent") == [10.0, 10.0, 10.0]
-    # itwinai's own key wins over system metrics
+    # every GPU of every run, as logged (the GPU table decides what counts)
+    assert series("plain-2", "system/gpu_1_power_usage_watts") == [150.0, 151.0, 152.0]
+    assert series("ddp-2/1", "system/gpu_0_power_usage_watts") == [100.0, 101.0, 102.0]
+    assert series("ddp-2/1", "system/gpu_1_utilization_percentage") == [10.0, 10.0, 10.0]
     assert series("own", "gpu_power_W") == [7.0, 7.0, 7.0]
-    assert series("own", "gpu_utilization_percent") == [0.0, 0.0, 0.0]
+    assert series("own", node) == [60.0, 60.0, 60.0]
 
 
 def test_sql_and_file_agree(plain: tuple[str, str, Any]) -> None:

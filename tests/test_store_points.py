@@ -44,6 +44,8 @@ def _points(rng: random.Random, job: int, rank: int) -> list[tuple[str, float, i
             out.append(("system/gpu_1_utilization_percentage", 40.0 + s, t0 + s, s, 0))
             out.append(("system/gpuX_power_usage_watts", 1.0, t0 + s, s, 0))  # LIKE only
             out.append(("SYSTEM/GPU_0_power_usage_watts", 2.0, t0 + s, s, 0))
+            out.append(("system/node 1/gpu_2_memory_usage_megabytes", 9.0, t0 + s, s, 0))
+            out.append(("system/gpu_0_power_usage_percentage", 50.0, t0 + s, s, 0))  # not read
     if job % 7 == 0:
         out.append(("gpu_power_W", 0.0, t0 + 50, 3, 1))  # NaN, a repeated step
         out.append(("gpu_power_W", 0.0, t0 + 300, 3, 1))  # NaN at the repeat's timestamp
@@ -155,6 +157,10 @@ def _check_awkward(data: Any) -> None:
         "gpu_utilization_percent",
         "train_loss_epoch",
         "local_samples_per_sec",
+        # MLflow's system metrics the report reads, with or without a node id
+        "system/gpu_0_power_usage_watts",
+        "system/gpu_1_utilization_percentage",
+        "system/node 1/gpu_2_memory_usage_megabytes",
     }
     assert (metrics["step"] == 2**53 + 1).sum() == len(range(0, JOBS, 11))  # kept, exact
     assert not (metrics["step"].abs() > 2**53 + 1).any()  # beyond 2**53: left out

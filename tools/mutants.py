@@ -188,6 +188,30 @@ MUTANTS = (
         "values = value",
         ("tests/test_options.py",),
     ),
+    Mutant(
+        "M20",
+        "MLflow's system power integrated over the sample steps, not the timestamps",
+        "itwin_report/report/system_gpus.py",
+        'seconds = power["timestamp"].astype("float64").groupby(series).diff() / 1000.0',
+        'seconds = power["step"].astype("float64").groupby(series).diff()',
+        ("tests/test_system_metrics.py",),
+    ),
+    Mutant(
+        "M21",
+        "a GPU that several runs of a job logged counted once per run",
+        "itwin_report/report/system_gpus.py",
+        'kept = series.drop_duplicates(["job_id", "gpu", "measure"])',
+        "kept = series",
+        ("tests/test_system_metrics.py",),
+    ),
+    Mutant(
+        "M22",
+        "the node id of a system metric key ignored (two nodes' GPUs taken for one)",
+        "itwin_report/report/system_gpus.py",
+        '[~unnamed, host != "", alone]',
+        '[unnamed & ~unnamed, host != "", alone]',
+        ("tests/test_system_metrics.py",),
+    ),
 )
 
 

@@ -26,7 +26,9 @@ start_time          float    the worker run's start, ms since the epoch (NaN whe
 end_time            float    the worker run's end, ms since the epoch (NaN while running)
 ==================  =======  =============================================================
 
-``metrics``: long format, one row per logged point of the keys in :data:`METRIC_KEYS`.
+``metrics``: long format, one row per logged point of the keys in :data:`METRIC_KEYS` and of
+MLflow's own per-GPU system metrics (keys as logged, e.g. ``system/node_1/gpu_0_power_usage_watts``:
+:mod:`~itwin_report.data.system_keys` is the one place that knows their layout).
 Columns ``run_id, key, step (int), value (float), timestamp (int, ms)``. ``run_id`` and
 ``key`` are categoricals (dtype ``category``): their categories are the distinct values present,
 as text, sorted, so that millions of points hold integer codes instead of strings and the codes
@@ -59,6 +61,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.data.frames import STR, categorical
+from itwin_report.data.system_keys import is_system_gpu_key
 from itwin_report.util.notes import Note
 
 # metric keys the report reads
@@ -78,6 +81,12 @@ METRIC_KEYS: tuple[str, ...] = (
     TRAIN_LOSS_EPOCH,
     GPU_ENERGY,
 )
+
+
+def is_report_key(key: str) -> bool:
+    """Whether the report reads the points of metric ``key``."""
+    return key in METRIC_KEYS or is_system_gpu_key(key)
+
 
 # worker-run params naming the GPU a worker's metrics measure (text as logged, "" when absent)
 GPU_IDENTITY: tuple[str, ...] = ("hostname", "gpu_index", "gpu_uuid")

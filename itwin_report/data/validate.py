@@ -25,6 +25,9 @@ epoch_time_s               > 0 and <= 1e9 (s)
 gpu_power_W                0 .. 1e5 (W)
 gpu_energy_J               0 .. 1e15 (J, a cumulative counter)
 gpu_utilization_percent    0 .. 100
+system/..gpu_<i>_...       MLflow's system metrics: power_usage_watts 0 .. 1e5 (W),
+                           utilization_percentage and memory_usage_percentage 0 .. 100,
+                           memory_usage_megabytes 0 .. 1e9 (MB)
 local/avg_samples_per_sec  0 .. 1e15
 train_loss_epoch step      >= 0 (only its steps are read)
 step, timestamp            integers within +-2**53, exact in float64 (else the point goes)
@@ -50,7 +53,14 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from itwin_report.data.frames import isin, last_of_each, renumbered, rows_where, sort_rows
+from itwin_report.data.frames import (
+    isin,
+    last_of_each,
+    present,
+    renumbered,
+    rows_where,
+    sort_rows,
+)
 from itwin_report.data.rundata import (
     EPOCH_TIME,
     GLOBAL_RATE,
@@ -61,6 +71,7 @@ from itwin_report.data.rundata import (
     TRAIN_LOSS_EPOCH,
     RunData,
 )
+from itwin_report.data.system_keys import system_gpu_key
 from itwin_report.options import (
     MAX_SECONDS,
     MAX_WORKERS,
@@ -92,6 +103,13 @@ METRIC_RANGES: dict[str, Range] = {
     GPU_ENERGY: Range(0.0, 1e15),
     RATE: NON_NEGATIVE,
     GLOBAL_RATE: NON_NEGATIVE,
+}
+# MLflow's system GPU metrics, by the report's name of their measure
+SYSTEM_GPU_RANGES: dict[str, Range] = {
+    "power_w": Range(0.0, MAX_WATTS),
+    "utilization_pct": Range(0.0, 100.0),
+    "memory_pct": Range(0.0, 100.0),
+    "memory_mb": Range(0.0, 1e9),
 }
 RUN_VALUES: dict[str, Range] = {
     "probing_interval": SECONDS,
@@ -312,11 +330,21 @@ def _valid_runs(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     return out.reset_index(drop=True), warnings
 
 
+def _ranges(keys: list[str]) -> dict[str, Range]:
+    """The valid range of each of ``keys`` that has one (the report's keys, system GPU keys)."""
+    ranges = {k: v for k, v in METRIC_RANGES.items() if k in keys}
+    for key in keys:
+        parsed = system_gpu_key(key)
+        if parsed is not None:
+            ranges[key] = SYSTEM_GPU_RANGES[parsed[2]]
+    return ranges
+
+
 def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
     """Points in range, one per (run, key, step)."""
     keep = np.ones(len(metrics), dtype=bool)
     keys = metrics["key"]
-    for key, valid in METRIC_RANGES.items():
+    for key, valid in _ranges(present(keys)).items():
         mine = (keys == key).to_numpy(dtype=bool)
         if not mine.any():
             continue
@@ -327,7 +355,7 @@ def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
             f"dropped {{n}} {key} point(s) of {{runs}}: not {valid}"
             + (f" ({nans} NaN)" if nans else ""),
             metrics["run_id"][wrong],
-            TABLE_OF_KEY.get(key, ""),
+            TABLE_OF_KEY.get(key, "gpu"),
         )
         keep &= ~wrong
     steps = metrics["step"].to_numpy(dtype="int64")

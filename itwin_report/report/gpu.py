@@ -10,7 +10,11 @@ was used.
 A GPU reported by several ranks of one job (same ``gpu_uuid``, or same ``hostname`` and
 ``gpu_index``) counts once: the lowest rank's metrics are kept, the others left out.
 
-A job whose ranks did not all log GPU metrics (itwinai logs them on rank 0 by default) has its
+MLflow's own system metrics add every GPU a run logged, each GPU of a job once, its power
+integrated over the points' timestamps (:mod:`itwin_report.report.system_gpus`); they also give
+the peak GPU memory.
+
+A job whose GPUs were not all measured (itwinai logs them on rank 0 by default) has its
 measured energy scaled to all its GPUs, ``energy * GPUs / GPUs measured``; the row's
 ``energy_coverage`` (GPUs measured / GPUs) says so and the renderers mark the cell ``~``.
 Energy per epoch is the run's energy over all its epochs, warm-up included; its 95 % interval
@@ -28,6 +32,14 @@ from itwin_report.data.rundata import GPU_ENERGY, GPU_POWER, GPU_UTIL, RunData
 from itwin_report.report import specs as tables
 from itwin_report.report.common import configurations, finish, label, points
 from itwin_report.report.epoch_time import epoch_points
+from itwin_report.report.system_gpus import (
+    POWER,
+    UTIL,
+    gpu_energy,
+    of_system,
+    peak_memory,
+    system_samples,
+)
 from itwin_report.util.notes import Note
 from itwin_report.util.text import name_list, plural
 
@@ -146,6 +158,7 @@ def run_energy(data: RunData, skip: set[str]) -> tuple[pd.DataFrame, list[str]]:
     )
     info = data.runs.set_index("run_id")[["job_id", "rank", "run_name"]]
     energy = energy.join(info, how="inner")
+    energy["gpu"] = "rank " + energy["rank"].astype(str)
     warnings += _counter_notes(counted, info, len(both))
     return energy, warnings
 
@@ -182,9 +195,10 @@ def _counter_notes(counted: pd.DataFrame, info: pd.DataFrame, both: int) -> list
 
 
 def job_energy(energy: pd.DataFrame) -> pd.DataFrame:
-    """Energy (Wh) per job: the sum over its measured GPUs; NaN when one of them is unknown."""
+    """Energy (Wh) per job: the sum over its measured GPUs (rows named by ``gpu``: a rank, or
+    a GPU of MLflow's system metrics); NaN when one of them is unknown."""
     grouped = energy.groupby("job_id")
-    per_job = grouped.agg(energy_wh=("energy_wh", "sum"), ranks=("rank", "nunique"))
+    per_job = grouped.agg(energy_wh=("energy_wh", "sum"), gpus=("gpu", "nunique"))
     unknown = grouped["energy_wh"].count() < grouped["energy_wh"].size()
     per_job.loc[unknown, "energy_wh"] = np.nan  # a rank without an interval: energy unknown
     per_job["source"] = grouped["source"].agg(lambda s: "+".join(sorted(set(s))))
@@ -225,22 +239,16 @@ def _source(sources: pd.Series) -> str:
 def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
     """The GPU table and warnings (sources, resets, repeated GPUs, coverage, missing data)."""
     skip, warnings = repeated_gpus(data.runs, _measured_runs(data))
-    energy, more = run_energy(data, skip)
+    samples = system_samples(data)
+    per_job, more = _per_job(data, skip, samples)
     warnings += more
-    per_job = job_energy(energy)
-    jobs_of = data.runs.drop_duplicates("job_id").set_index("job_id")
-    per_job = per_job.join(jobs_of[["strategy", "workers"]])
-    del energy
-    power = points(data, GPU_POWER, CONFIG_COLUMNS)
-    power_stats = _config_stats(_without(power, skip))
-    del power
-    util = points(data, GPU_UTIL, CONFIG_COLUMNS)
-    util_stats = _config_stats(_without(util, skip))
-    epochs_per_job = text_index(epoch_points(data).groupby("job_id", observed=True).size())
-    per_job["epochs"] = epochs_per_job.reindex(per_job.index).astype("float64")
-    per_job["coverage"] = (per_job["ranks"] / per_job["workers"]).clip(upper=1.0)
-    per_job["scaled_wh"] = per_job["energy_wh"] / per_job["coverage"]
-    per_job["wh_per_epoch"] = per_job["scaled_wh"] / per_job["epochs"]
+    stats = {
+        name: _config_stats(
+            pd.concat([_without(points(data, key, CONFIG_COLUMNS), skip), of_system(samples, name)])
+        )
+        for name, key in ((POWER, GPU_POWER), (UTIL, GPU_UTIL))
+    }
+    peaks = peak_memory(samples)
     nan = float("nan")
     rows = []
     partial: list[tuple[str, int]] = []
@@ -248,15 +256,16 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
     for strategy, workers in configurations(data.runs):
         key = (strategy, workers)
         mine = per_job[(per_job["strategy"] == strategy) & (per_job["workers"] == workers)]
-        if key not in power_stats and key not in util_stats and mine.empty:
+        if key not in stats[POWER] and key not in stats[UTIL] and mine.empty:
             no_data.append(label(strategy, workers))
             continue
-        avg_power, power_jobs = power_stats.get(key, (nan, set()))
-        utilization, util_jobs = util_stats.get(key, (nan, set()))
+        avg_power, power_jobs = stats[POWER].get(key, (nan, set()))
+        utilization, util_jobs = stats[UTIL].get(key, (nan, set()))
         if (mine["coverage"] < 1).any():
             partial.append(key)
         per_epoch = mine["wh_per_epoch"].dropna().to_numpy(dtype=float)
         _, low, high = mean_interval(per_epoch)
+        peak_mb, peak_pct = peaks.get(key, (nan, nan))
         rows.append(
             {
                 "strategy": strategy,
@@ -270,6 +279,8 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
                 "energy_source": _source(mine["source"]),
                 "utilization_pct": utilization,
                 "avg_power_w": avg_power,
+                "peak_gpu_memory_mb": peak_mb,
+                "peak_gpu_memory_pct": peak_pct,
             }
         )
     if no_data:
@@ -278,10 +289,30 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
         names = name_list([label(s, w) for s, w in partial])
         warnings.append(
             f"GPU energy of {len(partial)} configuration(s) is estimated ({names}): fewer "
-            "ranks logged GPU metrics than the job has GPUs, so the measured GPUs' energy is "
+            "GPUs logged metrics than the job has, so the measured GPUs' energy is "
             "scaled to all of them (marked ~; energy_coverage in JSON is GPUs measured / GPUs)"
         )
     return finish(rows, COLUMNS), warnings
+
+
+def _per_job(
+    data: RunData, skip: set[str], samples: pd.DataFrame
+) -> tuple[pd.DataFrame, list[str]]:
+    """Per job with GPU energy: energy, GPUs measured, coverage, energy scaled to all GPUs and
+    per epoch, source; warnings. Each rank's itwinai keys and each GPU of MLflow's system
+    metrics is one measured GPU."""
+    energy, warnings = run_energy(data, skip)
+    system, more = gpu_energy(samples)
+    energy = pd.concat([energy, system.assign(source=SAMPLES)], ignore_index=True)
+    per_job = job_energy(energy)
+    jobs_of = data.runs.drop_duplicates("job_id").set_index("job_id")
+    per_job = per_job.join(jobs_of[["strategy", "workers"]])
+    epochs_per_job = text_index(epoch_points(data).groupby("job_id", observed=True).size())
+    per_job["epochs"] = epochs_per_job.reindex(per_job.index).astype("float64")
+    per_job["coverage"] = (per_job["gpus"] / per_job["workers"]).clip(upper=1.0)
+    per_job["scaled_wh"] = per_job["energy_wh"] / per_job["coverage"]
+    per_job["wh_per_epoch"] = per_job["scaled_wh"] / per_job["epochs"]
+    return per_job, warnings + more
 
 
 def _mean(values: pd.Series) -> float:

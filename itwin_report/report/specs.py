@@ -274,7 +274,8 @@ GPU = TableSpec(
             text,
             right=False,
             description="Where energy comes from: the GPUs' cumulative energy counter "
-            "(gpu_energy_J, exact), power samples x probing interval, or both (some runs each).",
+            "(gpu_energy_J, exact), power samples (x probing interval, or over their "
+            "timestamps for MLflow's system metrics), or both (some runs each).",
         ),
         Column(
             "energy_coverage",
@@ -296,6 +297,24 @@ GPU = TableSpec(
             "Avg power per GPU",
             number(".1f", " W"),
             description="Mean power of one GPU over all samples.",
+        ),
+        Column(
+            "peak_gpu_memory_mb",
+            "float64",
+            "Peak memory",
+            number(".0f", " MB"),
+            description="Highest GPU memory used by any GPU of the configuration (MLflow's "
+            "system metrics, memory_usage_megabytes).",
+            optional=True,
+        ),
+        Column(
+            "peak_gpu_memory_pct",
+            "float64",
+            "Peak memory %",
+            number(".1f", " %"),
+            description="Highest share of its memory any GPU of the configuration used "
+            "(memory_usage_percentage).",
+            optional=True,
         ),
         *_cost_columns(),
     ),

@@ -198,7 +198,7 @@ def _load(
         ),
     )
     if metrics is not None:
-        data.metrics, more = tidy_metrics(metrics, workers)
+        data.metrics, more = tidy_metrics(metrics)
         data.warnings.extend(more)
     # the single place where the loaded data is validated
     from itwin_report.data.validate import validate

@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from itwin_report.data.frames import STR
-from itwin_report.data.rundata import METRIC_KEYS
+from itwin_report.data.rundata import METRIC_KEYS, is_report_key
 from itwin_report.store.tree import PARENT_TAG, RAW_RUN_COLUMNS, listed_names
 from itwin_report.store.uri import require_file_store
 from itwin_report.util.errors import StoreError
@@ -193,12 +193,14 @@ class FileStoreReader:
 
 
 def _system_keys(metrics_dir: Path) -> list[str]:
-    """``system/gpu_*`` keys a run logged (MLflow's system metrics live in a subdirectory)."""
-    system = metrics_dir / "system"
+    """MLflow's GPU system metric keys a run logged (they live in a subdirectory, a node id's
+    under a folder of its own)."""
     try:
-        return [f"system/{p.name}" for p in sorted(system.iterdir()) if p.name.startswith("gpu_")]
+        files = sorted((metrics_dir / "system").rglob("gpu_*"))
     except OSError:
         return []
+    keys = (p.relative_to(metrics_dir).as_posix() for p in files)
+    return [k for k in keys if is_report_key(k)]
 
 
 def _parse_points(lines: list[str]) -> pd.DataFrame:

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from itwin_report.data.system_keys import is_system_gpu_key
 from itwin_report.store.tree import PARENT_TAG
 from itwin_report.store.uri import mask_uri
 from itwin_report.util.errors import StoreError
@@ -32,7 +33,6 @@ RUNS_PATH = "/api/2.0/mlflow/runs/search"
 ARTIFACTS_PATH = "/api/2.0/mlflow-artifacts/artifacts"
 PROXIED_SCHEME = "mlflow-artifacts"
 PAGE_SIZE = 1000  # experiments and runs per search request
-SYSTEM_GPU_PREFIX = "system/gpu_"
 CONNECT_TIMEOUT_S = 5.0
 RETRIED_STATUS = (429, 500, 502, 503, 504)  # as MLflow's client
 TOKEN_PARAMS = ("token", "access_token")  # a server's token given in the URI's query
@@ -265,7 +265,7 @@ def _back_off(attempt: int) -> None:
 
 def report_keys(keys: Iterable[str], metric_keys: Sequence[str]) -> list[str]:
     """The keys the report reads: ``metric_keys`` and MLflow's GPU system metrics."""
-    return [k for k in dict.fromkeys(keys) if k in metric_keys or k.startswith(SYSTEM_GPU_PREFIX)]
+    return [k for k in dict.fromkeys(keys) if k in metric_keys or is_system_gpu_key(k)]
 
 
 def run_record(run: dict[str, Any], param_keys: Sequence[str], metric_keys: Sequence[str]) -> dict:

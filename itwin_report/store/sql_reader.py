@@ -13,7 +13,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from itwin_report.data.rundata import METRIC_KEYS
+from itwin_report.data.rundata import METRIC_KEYS, is_report_key
+from itwin_report.data.system_keys import SYSTEM_PREFIX
 from itwin_report.data.validate import POINT_INTEGER, POINT_INTEGER_TEXT, named
 from itwin_report.store.columnar import (
     Refused,
@@ -32,7 +33,6 @@ from itwin_report.util.progress import Advance
 Query = Callable[[str, dict[str, Any]], pd.DataFrame]
 
 WANTED_TABLE = "itwin_report_wanted"
-SYSTEM_PREFIX = "system/gpu_"  # MLflow's own system metrics, per GPU
 # every key of the store, one probe of the index on the key per key (no scan of the points)
 STORE_KEYS = (
     "WITH RECURSIVE k(key) AS (SELECT min(key) FROM metrics UNION ALL "
@@ -213,11 +213,9 @@ class SqlReader:
         return frame
 
     def _wanted_keys(self) -> list[str]:
-        """The keys to read, sorted: :data:`METRIC_KEYS` and MLflow's per-GPU system metrics
-        (every key starting with :data:`SYSTEM_PREFIX`) that the store holds."""
-        held = self.store_keys()
-        system = {k for k in held if k.startswith(SYSTEM_PREFIX)}
-        return sorted({*(k for k in METRIC_KEYS if k in held), *system})
+        """The keys to read, sorted: those of :data:`METRIC_KEYS` and of MLflow's per-GPU system
+        metrics (:func:`~itwin_report.data.rundata.is_report_key`) that the store holds."""
+        return sorted(k for k in self.store_keys() if is_report_key(k))
 
     def _sqlite_metrics(self, run_ids: Sequence[str]) -> pd.DataFrame:
         """The points of the wanted keys, one query per key, in columns of numbers.
@@ -338,17 +336,12 @@ class SqlReader:
 
     def _postgres_metrics(self, experiment_id: Any, run_ids: Sequence[str]) -> pd.DataFrame | None:
         """The generic path's points, read column-wise (:mod:`~itwin_report.store.postgres`);
-        None when that read steps aside. The keys are those the generic path's ``IN`` and
-        ``LIKE`` select, as the store holds them."""
+        None when that read steps aside. The keys are those the generic path keeps."""
         if self._postgres_uri is None or not enabled():
             return None
         from itwin_report.store.postgres import read_points
 
-        held = self.store_keys()
-        like = {
-            k for k in held if k.startswith(SYSTEM_PREFIX[:-1]) and len(k) > len(SYSTEM_PREFIX) - 1
-        }
-        keys = sorted({*(k for k in METRIC_KEYS if k in held), *like})
+        keys = self._wanted_keys()
         parts = PointParts(sorted(run_ids), keys)
         conn = self._postgres_connection
         if keys and not read_points(
@@ -370,7 +363,8 @@ class SqlReader:
             f"WHERE r.experiment_id = :exp AND (m.key IN ({keys}) OR m.key LIKE :system)",
             {"exp": experiment_id, "system": f"{SYSTEM_PREFIX}%", **bind},
         )
-        frame = frame[frame["run_id"].isin(set(run_ids))]
+        wanted = {k for k in frame["key"].unique() if isinstance(k, str) and is_report_key(k)}
+        frame = frame[frame["run_id"].isin(set(run_ids)) & frame["key"].isin(wanted)]
         values = pd.to_numeric(frame["value"], errors="coerce")
         bad = values.isna() & frame["value"].notna()
         if self.has_is_nan:
