@@ -405,3 +405,26 @@ def test_a_pause_counts_as_one_interval_and_no_spacing_is_unknown(
     assert rows.loc["bad-values", "utilization_pct"] == pytest.approx(50.0)
     assert "dropped 1 system/gpu_0_power_usage_watts point(s) of 'bad-values'" in text
     assert "dropped 1 system/gpu_0_utilization_percentage point(s) of 'bad-values'" in text
+
+
+def test_node_ids_through_an_http_server(mlflow_server: tuple[str, str]) -> None:
+    """Keys with a node id (a slash, a space) come back through the REST API alike."""
+    url, backend = mlflow_server
+    # two nodes, each node's first rank logging its 2 GPUs every 10 s for 100 s:
+    # 2 x 300 W x 100 s + 2 x 200 W x 100 s = 27.78 Wh
+    hot, cool = {0: (300.0, 80.0, 900.0), 1: (300.0, 80.0, 900.0)}, {0: (200.0, 40.0, 700.0)}
+    cool[1] = cool[0]
+    runs: list[dict[str, Any]] = []
+    ranks = [
+        sys_points("rack 1/n1", hot, every(10, 100)),
+        [],
+        sys_points("n2", cool, every(10, 100)),
+        [],
+    ]
+    job(runs, "http-nodes", ranks)
+    bulk_worker_runs(backend, "http-system", runs, client_uri=url)
+    rows = ir.build(ir.load(url, "http-system")).gpu.set_index("strategy")
+    assert rows.loc["http-nodes", "energy_wh"] == pytest.approx((2 * 300 + 2 * 200) * 100 / 3600)
+    assert rows.loc["http-nodes", "energy_coverage"] == 1.0
+    assert rows.loc["http-nodes", "utilization_pct"] == pytest.approx((80 + 40) / 2)
+    assert rows.loc["http-nodes", "peak_gpu_memory_mb"] == pytest.approx(909.0)
