@@ -44,12 +44,14 @@ def load(
     cache: bool = True,
     cache_dir: str | Path | None = None,
     cache_size: str | int | None = None,
+    timeout: float | None = None,
 ) -> RunData:
     """Read one experiment's worker runs from an MLflow tracking store.
 
     ``tracking_uri``: an SQLite, PostgreSQL, file-store or ``http(s)://`` URI (default:
     ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mllogs/mlflow.db``); ``experiment``: its name
-    (optional when only one experiment holds runs). Nothing in the store is modified.
+    (optional when only one experiment holds runs); ``timeout``: seconds the whole read of an
+    ``http(s)://`` store may take (default 60). Nothing in the store is modified.
 
     Over ``http(s)://`` the metric histories of finished runs are kept in a local cache
     (``cache_dir``, default ``$XDG_CACHE_HOME/itwin-report``, else ``~/.cache/itwin-report``;
@@ -57,6 +59,7 @@ def load(
     when its run listing shows them changed; ``cache=False`` reads everything from the server.
     """
     from itwin_report import options, store
+    from itwin_report.store.http import HttpLimits
     from itwin_report.store.http_cache import CacheSettings
 
     folder = None if cache_dir is None else _paths(cache_dir, "cache_dir")[0]
@@ -72,6 +75,7 @@ def load(
         strategy_param=options.text("strategy_param", strategy_param),
         workers_param=options.text("workers_param", workers_param),
         cache=settings,
+        http=HttpLimits(timeout=timeout),
     )
 
 
@@ -200,15 +204,18 @@ def read_traces(
     *,
     tracking_uri: str | None = None,
     jobs: int | None = None,
+    timeout: float | None = None,
 ) -> RunTraces:
     """Profiler traces matched to ``data``'s worker runs, each read once (``jobs`` processes
     at most): the files and folders in ``paths`` and, with ``tracking_uri`` (the store ``data``
-    was loaded from), the traces logged as artifacts of its worker runs.
+    was loaded from), the traces logged as artifacts of its worker runs (``timeout``: seconds
+    the whole read of an ``http(s)://`` store may take, default 60).
 
     A path that does not exist raises a ReportError (exit code 1); traces that match no worker
     run, or several, are warnings naming the file (``docs/traces.md``).
     """
     from itwin_report import options, store
+    from itwin_report.store.http import HttpLimits
     from itwin_report.traces.analyze import RunTraces, find_traces, layout_files, run_traces
     from itwin_report.traces.match import TraceFile
     from itwin_report.traces.reader import is_trace_name
@@ -217,6 +224,7 @@ def read_traces(
     given = _paths(paths)
     jobs = options.number("jobs", jobs)
     tracking_uri = _uri(tracking_uri)
+    limits = HttpLimits(timeout=timeout)
     found = find_traces(given)
     files, notes = layout_files(found, set(data.runs["run_name"]), given)
 
@@ -227,7 +235,7 @@ def read_traces(
         out = run_traces(runs(), files, jobs) if files else RunTraces()
         out.warnings[:0] = notes
         return out
-    with store.logged_traces(tracking_uri, data, is_trace_name) as logged:
+    with store.logged_traces(tracking_uri, data, is_trace_name, limits) as logged:
         files += [TraceFile(t.path, t.run_id, t.label) for t in logged.traces]
         out = run_traces(runs(), files, jobs) if files else RunTraces()
     out.warnings[:0] = [*notes, *logged.warnings]

@@ -17,7 +17,7 @@ import pytest
 import requests
 from conftest import build_scaling_store, bulk_worker_runs
 
-from itwin_report.store import _load, api_reader, load_experiment, mlflow_api, rest
+from itwin_report.store import _load, api_reader, load_experiment, rest
 from itwin_report.store.sql_open import open_sql_reader
 
 pytestmark = pytest.mark.server
@@ -103,14 +103,14 @@ def test_bulk_histories_are_complete(
 ) -> None:
     url, _ = mlflow_server
     fallback: list[tuple[str, str]] = []
-    real_history = mlflow_api.metric_history
+    real_history = api_reader.ApiReader._history
 
-    def history(uri: str, run_id: str, key: str) -> Any:
+    def history(self: api_reader.ApiReader, run_id: str, key: str) -> Any:
         fallback.append((run_id, key))
-        return real_history(uri, run_id, key)
+        return real_history(self, run_id, key)
 
     sent = _bulk_requests(monkeypatch)
-    monkeypatch.setattr(mlflow_api, "metric_history", history)
+    monkeypatch.setattr(api_reader.ApiReader, "_history", history)
     data = load_experiment(url, "http-bulk", show_progress=False)
 
     ids = bulk_store["ids"]
@@ -233,12 +233,14 @@ def test_a_token_in_the_query_reads_the_store_and_is_never_shown(
     url, _ = mlflow_server
     secret = "T0ken-in-the-query"
     monkeypatch.delenv("MLFLOW_TRACKING_TOKEN", raising=False)
+    before = dict(os.environ)
     data = load_experiment(f"{url}/?token={secret}", "http-scaling", show_progress=False)
+    assert dict(os.environ) == before  # no token, timeout or retry setting left behind
     direct = load_experiment(url, "http-scaling", show_progress=False)
     assert len(data.runs) == len(direct.runs) > 0
     assert len(data.metrics) == len(direct.metrics)
     assert secret not in data.tracking_uri and secret not in " ".join(data.warnings)
-    assert "MLFLOW_TRACKING_TOKEN" not in os.environ  # given back when the reader closed
+    assert dict(os.environ) == before
 
 
 def test_artifact_folders_are_listed_in_one_request_each(

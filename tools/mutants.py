@@ -212,6 +212,21 @@ MUTANTS = (
         '[unnamed & ~unnamed, host != "", alone]',
         ("tests/test_system_metrics.py",),
     ),
+    Mutant(
+        "M23",
+        "itwin_report/store/http.py",
+        "if origin(target) != origin(self.base):",
+        "if origin(target) == ('', '', None):",
+        ("tests/test_store_hostile.py",),
+    ),
+    Mutant(
+        "M24",
+        "the same performance.json given twice is merged twice",
+        "itwin_report/data/performance_json.py",
+        "if first is not path:",
+        "if first is not path and False:",
+        ("tests/test_hostile_files.py",),
+    ),
 )
 
 

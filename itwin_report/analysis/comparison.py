@@ -279,15 +279,15 @@ def side_from_dict(report: object, name: str) -> Side:
     return side
 
 
+MAX_SIDE_BYTES = 256 << 20  # a saved JSON report of thousands of configurations is a few MB
+
+
 def load_side_file(path: Path) -> Side:
     """A side from a saved JSON report file; DataError naming the file when it is not one."""
     from itwin_report.data.performance_json import parse_json
-    from itwin_report.util.files import SQLITE_MAGIC
+    from itwin_report.util.files import SQLITE_MAGIC, read_regular
 
-    try:
-        raw = path.read_bytes()
-    except OSError as exc:
-        raise ReportError(f"cannot read {path}: {exc.strerror or exc}") from None
+    raw = read_regular(path, MAX_SIDE_BYTES, "saved report")
     if raw.startswith(SQLITE_MAGIC):
         raise DataError(
             f"{path} is an SQLite database, not a saved JSON report; to compare an experiment "

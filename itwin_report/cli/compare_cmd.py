@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -13,6 +14,7 @@ from itwin_report.cli.options import (
     cache_settings,
     format_option,
     output_option,
+    timeout_option,
     tracking_uri_option,
     warmup_option,
 )
@@ -33,13 +35,20 @@ def _is_file(source: str) -> bool:
 
 
 def _side(
-    source: str, tracking_uri: str | None, warmup_epochs: int, quiet: bool, cache: Any = None
+    source: str,
+    tracking_uri: str | None,
+    warmup_epochs: int,
+    quiet: bool,
+    end: float,
+    cache: Any = None,
 ) -> Side:
-    """A saved JSON report when ``source`` is a file, else an experiment of the store."""
+    """A saved JSON report when ``source`` is a file, else an experiment of the store (read
+    by the monotonic time ``end``)."""
     from itwin_report import store
     from itwin_report.analysis.comparison import load_side_file
     from itwin_report.render.comparison import side_from_report
     from itwin_report.report import build_report
+    from itwin_report.store.http import HttpLimits
 
     path = Path(source)
     if _is_file(source):
@@ -47,7 +56,8 @@ def _side(
     if source.lower().endswith(".json"):
         raise ReportError(f"no such report file: {source}")
     uri = store.resolve_tracking_uri(tracking_uri)
-    data = store.load_experiment(uri, source, [], show_progress=not quiet, cache=cache)
+    left = HttpLimits(timeout=max(0.001, end - time.monotonic()))
+    data = store.load_experiment(uri, source, [], show_progress=not quiet, cache=cache, http=left)
     return side_from_report(build_report(data, warmup_epochs=warmup_epochs), source)
 
 
@@ -58,6 +68,7 @@ def _side(
     "Store of BASELINE/CURRENT when they name experiments "
     "(default: $MLFLOW_TRACKING_URI, else sqlite:///mllogs/mlflow.db)."
 )
+@timeout_option()
 @click.option(
     "--max-regression",
     type=Threshold(),
@@ -89,6 +100,7 @@ def compare_command(
     baseline: str,
     current: str,
     tracking_uri: str | None,
+    timeout: float | None,
     max_regression: float,
     allow_missing: bool,
     warmup_epochs: int,
@@ -131,9 +143,12 @@ def compare_command(
     conflict = store.check_outputs(uri, {"--output": output}, inputs=files)
     if conflict:
         raise Failure(conflict, EXIT_USAGE)
+    from itwin_report.store.http import HttpLimits
+
     settings = cache_settings(cache, cache_dir, cache_size)
-    base = _side(baseline, tracking_uri, warmup_epochs, quiet, settings)
-    cur = _side(current, tracking_uri, warmup_epochs, quiet, settings)
+    end = time.monotonic() + HttpLimits(timeout=timeout).seconds  # one deadline for both sides
+    base = _side(baseline, tracking_uri, warmup_epochs, quiet, end, settings)
+    cur = _side(current, tracking_uri, warmup_epochs, quiet, end, settings)
     result = compare_sides(base, cur, max_regression, allow_missing)
     emit(render_comparison(result, fmt), output)
     failure = gate_error(result)

@@ -17,6 +17,7 @@ import click
 
 from itwin_report.cli.env import DEBUG_ENV, Environment
 from itwin_report.util.errors import EXIT_ERROR, EXIT_SIGINT, Interrupted, ReportError
+from itwin_report.util.escape import terminal
 from itwin_report.util.interrupt import sigint_exits_at_once, sigint_unwinds
 from itwin_report.util.masking import mask_text
 
@@ -40,9 +41,10 @@ class Failure(click.ClickException):
 
 
 def _one_line(message: str) -> str:
-    """A masked message on one line (line breaks of wrapped errors joined with ' / ')."""
+    """A masked message on one line (line breaks of wrapped errors joined with ' / '), its
+    control characters escaped as store text is (a server's or a file's text among them)."""
     lines = [line.strip() for line in mask_text(message).splitlines() if line.strip()]
-    return " / ".join(lines)
+    return terminal(" / ".join(lines))
 
 
 def _on_sigterm(signum: int, _frame: Any) -> None:

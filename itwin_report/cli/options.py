@@ -153,6 +153,23 @@ class CacheSize(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
+class Seconds(click.ParamType):
+    """Seconds for a whole read: above 0, at most a day (the store's own rule)."""
+
+    name = "SECONDS"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from itwin_report.store.http import check_timeout
+        from itwin_report.util.errors import ReportError
+
+        try:
+            return check_timeout(value if isinstance(value, float) else float(value))
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number", param, ctx)
+        except ReportError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 def cache_options(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--no-cache``, ``--cache-dir DIR``, ``--cache-size SIZE``: the local cache of a
     server's finished runs (``cache``, ``cache_dir``, ``cache_size`` to the command)."""
@@ -185,3 +202,13 @@ def cache_settings(enabled: bool, directory: str | None, size: int) -> Any:
     from itwin_report.store.http_cache import CacheSettings
 
     return CacheSettings.from_options(enabled, directory, size, environ=os.environ)
+
+
+def timeout_option() -> Callable[[Any], Any]:
+    """``--timeout SECONDS`` (default 60): the whole read of an http(s):// store."""
+    return click.option(
+        "--timeout",
+        type=Seconds(),
+        help="Seconds the whole read of an http(s):// store may take (not each request); "
+        "a server still answering then is an error.  [default: 60]",
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -17,6 +18,7 @@ from itwin_report.cli.options import (
     cache_settings,
     format_option,
     output_option,
+    timeout_option,
     tracking_uri_option,
     warmup_option,
 )
@@ -47,6 +49,7 @@ from itwin_report.util.errors import EXIT_USAGE, GateFailed
     help="Only these top-level runs (comma-separated, repeatable).",
 )
 @tracking_uri_option()
+@timeout_option()
 @warmup_option("Leave the first N epochs of every run out of epoch times (0 = itwinai's mean).")
 @format_option(
     (*FORMATS, "html"), "Output format (html: one self-contained page with inline plots)."
@@ -221,6 +224,7 @@ def generate_scalability_report(
     experiment_name: str | None,
     run_names: list[str],
     tracking_uri: str | None,
+    timeout: float | None,
     warmup_epochs: int,
     fmt: str,
     output: Path | None,
@@ -289,6 +293,7 @@ def generate_scalability_report(
     from itwin_report.report import build_report
     from itwin_report.report.cost import CostFactors
     from itwin_report.report.gate import require_measurements
+    from itwin_report.store.http import HttpLimits
 
     # the rules between options (--currency needs --gpu-hour-price, ...), as the API's
     rules.currency(currency, gpu_hour_price)
@@ -310,6 +315,7 @@ def generate_scalability_report(
     if conflict:
         raise Failure(conflict, EXIT_USAGE)
     check_writable(outputs)
+    limits, start = HttpLimits(timeout=timeout), time.monotonic()
     data = store.load_experiment(
         uri,
         experiment_name,
@@ -319,8 +325,10 @@ def generate_scalability_report(
         strategy_param=strategy_param,
         workers_param=workers_param,
         cache=cache_settings(cache, cache_dir, cache_size),
+        http=limits,
     )
-    found = read_traces(data, traces, tracking_uri=uri)
+    left = max(0.001, limits.seconds - (time.monotonic() - start))  # one deadline for the read
+    found = read_traces(data, traces, tracking_uri=uri, timeout=left)
     report = build_report(
         data,
         warmup_epochs=warmup_epochs,

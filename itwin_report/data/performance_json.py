@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from itwin_report.data.rundata import PERFORMANCE_FIELDS
 from itwin_report.util.errors import DataError
 
 REQUIRED = ("total_samples", "total_time")
+MAX_RECORD_BYTES = 16 << 20  # a performance.json is a few hundred bytes
 NUMERIC = tuple(f for f in PERFORMANCE_FIELDS if f != "suspected_input_bottleneck")
 ORDINAL_FIELDS = ("total_samples", "total_time", "samples_per_sec")
 
@@ -84,17 +86,36 @@ def parse_json(text: str | bytes) -> object:
 
 
 def read_record(path: Path) -> dict:
-    """Load one performance.json; ``DataError`` naming the file if unusable."""
+    """Load one performance.json; ``DataError`` naming the file if unusable (not a regular
+    file, larger than :data:`MAX_RECORD_BYTES`, not JSON, or values outside the ranges the
+    report's loader accepts: a negative time is no time)."""
+    from itwin_report.util.files import read_regular
+
     path = Path(path)
+    data = read_regular(path, MAX_RECORD_BYTES, "performance.json")
     try:
-        record = parse_json(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read ({exc.strerror})") from None
+        record = parse_json(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise DataError(f"{path}: not a readable JSON file ({str(exc)[:200]})") from None
-    return check_record(record, str(path))
+    return _in_range(check_record(record, str(path)), str(path))
+
+
+def _in_range(record: dict, source: str) -> dict:
+    """``record`` when its numbers lie in the loader's valid ranges (``data.validate``)."""
+    import pandas as pd
+
+    from itwin_report.data.validate import PERFORMANCE_OPTIONAL, PERFORMANCE_REQUIRED
+
+    ranges = {**PERFORMANCE_REQUIRED, **PERFORMANCE_OPTIONAL}
+    for name, valid in ranges.items():
+        value = record.get(name)
+        if value is None or (name == "est_samples_per_sec" and value == 0):  # 0: unset
+            continue
+        if name == "records" and not isinstance(value, int | float):
+            continue  # check_record words it
+        if not bool(valid.ok(pd.Series([float(value)], dtype="float64"))[0]):
+            raise DataError(f"{source}: {name} is {value:g}, not {valid}")
+    return record
 
 
 def merge_records(records: Sequence[dict], names: Sequence[str] | None = None) -> dict:
@@ -130,7 +151,19 @@ def _ordinal_order(ordinal: object) -> tuple[int, float, str]:
 
 
 def merge_files(paths: Sequence[Path]) -> dict:
-    """Read and merge the given performance.json files."""
+    """Read and merge the given performance.json files (one file given twice, under any name,
+    is an error: its samples would count twice)."""
+    seen: dict[tuple[int, int], Path] = {}
+    for path in map(Path, paths):
+        try:
+            info = os.stat(path)
+        except OSError:
+            continue  # reading it words why
+        first = seen.setdefault((info.st_dev, info.st_ino), path)
+        if first is not path:
+            raise DataError(
+                f"{path} is the same file as {first}: given twice, its samples would count twice"
+            )
     return merge_records([read_record(Path(p)) for p in paths], [str(p) for p in paths])
 
 

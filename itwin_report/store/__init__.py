@@ -33,6 +33,7 @@ from itwin_report.util.errors import ReportError
 
 if TYPE_CHECKING:
     from itwin_report.data.rundata import RunData
+    from itwin_report.store.http import HttpLimits
     from itwin_report.store.http_cache import CacheSettings
     from itwin_report.store.trace_artifacts import Found
 
@@ -51,8 +52,11 @@ STRATEGY_PARAM = "strategy"
 WORKERS_PARAM = "global_world_size"
 
 
-def _open_reader(uri: str, cache: CacheSettings | None = None) -> Any:
-    """The reader for ``uri``'s kind of store (``cache``: a server's, see ``http_cache``)."""
+def _open_reader(
+    uri: str, cache: CacheSettings | None = None, http: HttpLimits | None = None
+) -> Any:
+    """The reader for ``uri``'s kind of store (``cache``: a server's, see ``http_cache``;
+    ``http``: the bounds of a server's read)."""
     kind = store_kind(uri)
     if kind == FILE:
         from itwin_report.store.file_reader import FileStoreReader
@@ -61,7 +65,7 @@ def _open_reader(uri: str, cache: CacheSettings | None = None) -> Any:
     if kind in (HTTP, OTHER):
         from itwin_report.store.api_reader import ApiReader
 
-        return ApiReader(uri, cache)
+        return ApiReader(uri, cache, http)
     from itwin_report.store.sql_open import open_sql_reader
 
     return open_sql_reader(uri)
@@ -122,6 +126,7 @@ def load_experiment(
     strategy_param: str = STRATEGY_PARAM,
     workers_param: str = WORKERS_PARAM,
     cache: CacheSettings | None = None,
+    http: HttpLimits | None = None,
 ) -> RunData:
     """Worker runs, metrics, profiles and performance records of one experiment.
 
@@ -129,12 +134,14 @@ def load_experiment(
     (itwinai's ``strategy`` and ``global_world_size`` by default). ``cache``: where an HTTP
     server's finished runs are kept between reports (:mod:`~itwin_report.store.http_cache`);
     None reads everything from the server. Other stores never use it.
+    ``http`` bounds the read of an ``http(s)://`` store (its deadline, pages and answer size;
+    60 s by default).
 
     Raises :class:`~itwin_report.util.errors.StoreError` for a missing or unreadable store or an
     unknown experiment, :class:`~itwin_report.util.errors.ReportError` for run names that match
     nothing. Skipped runs and malformed data are reported in ``RunData.warnings``.
     """
-    reader = _open_reader(tracking_uri, cache)
+    reader = _open_reader(tracking_uri, cache, http)
     try:
         return _load(
             reader,
@@ -269,7 +276,10 @@ def _canonical_params(params: Any, names_in_store: Mapping[str, str]) -> Any:
 
 @contextmanager
 def logged_traces(
-    tracking_uri: str, data: RunData, wanted: Callable[[str], bool]
+    tracking_uri: str,
+    data: RunData,
+    wanted: Callable[[str], bool],
+    http: HttpLimits | None = None,
 ) -> Iterator[Found]:
     """The profiler traces logged as artifacts of ``data``'s worker runs (files whose name
     ``wanted`` accepts), as local files while the ``with`` block runs (a server's are
@@ -295,7 +305,7 @@ def logged_traces(
         with trace_artifacts(tracking_uri, pairs, False, wanted) as out:
             yield out
         return
-    reader = _open_reader(tracking_uri)
+    reader = _open_reader(tracking_uri, http=http)
     try:
         if data.artifact_uris:  # a server: opened to fetch through it, its runs not asked again
             runs = known

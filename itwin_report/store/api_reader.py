@@ -14,11 +14,11 @@ client, per run and key, but only for keys the run has logged.
 
 from __future__ import annotations
 
-import os
 import threading
 from collections import Counter
 from collections.abc import Callable, Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, unquote
@@ -32,20 +32,24 @@ from itwin_report.store.http_cache import CacheSettings, HttpCache, run_signatur
 from itwin_report.store.rest import (
     ARTIFACTS_PATH,
     EXPERIMENTS_PATH,
+    HISTORY_PATH,
     PAGE_SIZE,
     RETRIED_STATUS,
     RUNS_PATH,
-    TOKEN_ENV,
+    HttpLimits,
     HttpSession,
+    Malformed,
     http_detail,
-    limit_http_retries,
+    objects,
     proxied_path,
     run_record,
     split_token,
+    text,
 )
 from itwin_report.store.tree import RAW_RUN_COLUMNS
 from itwin_report.store.uri import HTTP, mask_uri, store_kind
 from itwin_report.util.errors import StoreError
+from itwin_report.util.escape import shorten
 from itwin_report.util.progress import Advance
 
 __all__ = ["ApiReader", "HttpSession", "bulk_batches", "http_detail", "split_token"]
@@ -107,27 +111,52 @@ def shared_folders(artifact_uris: Sequence[str], at_least: int) -> dict[str, tup
     return out
 
 
-def points_frame(answer: list[dict[str, Any]], key: str) -> pd.DataFrame:
+def points_frame(answer: Any, key: str) -> pd.DataFrame:
     """A bulk answer's points in :data:`METRIC_FRAME` columns.
 
     Built column by column (a frame from a list of dicts costs more than parsing the JSON);
-    a value that is not a number (text) becomes NaN, a step or timestamp left out is 0.
+    a value that is text (``NaN``, or not a number) becomes NaN, a step or timestamp left out
+    is 0. Points that are not objects, values that are lists or objects, and steps or
+    timestamps that are not whole numbers raise :class:`Malformed`.
     """
+    answer = objects(answer, "metrics")
     n = len(answer)
     values = [m.get("value") for m in answer]
     try:
         value = np.array(values, dtype="float64")
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
+        for v in values:
+            text(v, "value")  # a list or an object is malformed; text is not a number
         value = pd.to_numeric(pd.Series(values, dtype=object), errors="coerce").to_numpy()
+        value = value.astype("float64")
     return pd.DataFrame(
         {
             "run_id": [m.get("run_id") for m in answer],
             "key": [key] * n,
-            "step": np.fromiter((m.get("step", 0) for m in answer), "int64", n),
+            "step": _whole(answer, "step"),
             "value": value,
-            "timestamp": np.fromiter((m.get("timestamp", 0) for m in answer), "int64", n),
+            "timestamp": _whole(answer, "timestamp"),
         }
     )
+
+
+def _whole(points: list[dict[str, Any]], field: str) -> np.ndarray:
+    """``field`` of every point as int64 (0 when left out); :class:`Malformed` otherwise."""
+    try:
+        return np.fromiter((p.get(field, 0) for p in points), "int64", len(points))
+    except (TypeError, ValueError, OverflowError):
+        bad = next(p.get(field, 0) for p in points if not _fits_int64(p.get(field, 0)))
+        raise Malformed(
+            f"a point's {field} is not a whole number: {shorten(repr(bad), 60)}"
+        ) from None
+
+
+def _fits_int64(value: Any) -> bool:
+    try:
+        np.fromiter((value,), "int64", 1)
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
 
 
 def combine(frames: list[pd.DataFrame], run_ids: Sequence[str]) -> pd.DataFrame:
@@ -165,27 +194,27 @@ class ApiReader:
     (:mod:`~itwin_report.store.http_cache`); None reads everything from the server.
     """
 
-    def __init__(self, uri: str, cache: CacheSettings | None = None) -> None:
+    def __init__(
+        self, uri: str, cache: CacheSettings | None = None, limits: HttpLimits | None = None
+    ) -> None:
         self.uri = uri
         self.http: HttpSession | None = None
         self.cache: HttpCache | None = None
         self._signatures: dict[str, str | None] = {}
         self._metric_keys: dict[str, list[str]] = {}
         self.warnings: list[str] = []
-        self._saved_token: tuple[bool, str | None] | None = None
         self._shared: dict[str, tuple[str, str]] = {}  # artifact root -> shared folder, child
         self._listings: dict[str, set[str] | None] = {}  # shared folder -> names it holds
         self._listing_lock = threading.Lock()
         if store_kind(uri) == HTTP:
-            limit_http_retries()
+            # the token goes to this server only, with this session's requests
             self.uri, token = split_token(uri)
-            if token is not None and not os.environ.get(TOKEN_ENV):
-                # MLflow's client (artifacts elsewhere than the server) sends it as its bearer
-                # token for the reader's lifetime
-                self._saved_token = (TOKEN_ENV in os.environ, os.environ.get(TOKEN_ENV))
-                os.environ[TOKEN_ENV] = token
-            self.http = HttpSession(self.uri, token)
-            self.http.get(PROBE_PATH, {"max_results": 1}, retry=False)  # is anyone there?
+            self.http = HttpSession(self.uri, token, limits=limits)
+            try:
+                self.http.get(PROBE_PATH, {"max_results": 1}, retry=False)  # is anyone there?
+            except BaseException:
+                self.close()
+                raise
             if cache is not None and cache.directory is not None:
                 self.cache = HttpCache(cache, self.http.base)
 
@@ -195,16 +224,18 @@ class ApiReader:
         return dict(self.http.counts) if self.http is not None else {}
 
     def close(self) -> None:
-        """Release the HTTP session (and give the bearer-token variable its value back)."""
+        """Release the HTTP session."""
         if self.http is not None:
-            self.http.session.close()
-        if self._saved_token is not None:
-            had, value = self._saved_token
-            if had and value is not None:
-                os.environ[TOKEN_ENV] = value
-            else:
-                os.environ.pop(TOKEN_ENV, None)
-            self._saved_token = None
+            self.http.close()
+
+    @contextmanager
+    def _shape(self, what: str) -> Iterator[None]:
+        """A :class:`Malformed` answer as one line naming the server."""
+        try:
+            yield
+        except Malformed as exc:
+            assert self.http is not None
+            raise self.http.malformed(what, str(exc)) from None
 
     def experiments(self) -> list[tuple[Any, str, int]]:
         """``(id, name, 1 when it has live runs)`` of the live experiments."""
@@ -214,10 +245,14 @@ class ApiReader:
             return list(mlflow_api.list_experiments(self.uri))
         what = "list experiments"
         body = {"max_results": PAGE_SIZE, "view_type": "ACTIVE_ONLY"}
-        found = [
-            (str(e.get("experiment_id", "")), str(e.get("name", "")))
-            for e in self.http.pages(EXPERIMENTS_PATH, body, "experiments", what)
-        ]
+        with self._shape(what):
+            found = [
+                (text(e.get("experiment_id"), "experiment_id"), text(e.get("name"), "name"))
+                for e in objects(
+                    list(self.http.pages(EXPERIMENTS_PATH, body, "experiments", what)),
+                    "experiments",
+                )
+            ]
         if len(found) <= 1:  # nothing to choose between: no need to ask whether it has runs
             return [(i, n, 1) for i, n in found]
 
@@ -246,15 +281,17 @@ class ApiReader:
                 "max_results": PAGE_SIZE,
                 "run_view_type": "ACTIVE_ONLY",
             }
+            pages = self.http.pages(RUNS_PATH, body, "runs", "search runs")
             found = []
-            for run in self.http.pages(RUNS_PATH, body, "runs", "search runs"):
-                found.append(run_record(run, param_keys, METRIC_KEYS))
-                self._signatures[found[-1]["run_id"]] = run_signature(run)
+            with self._shape("search runs"):
+                for run in objects(list(pages), "runs"):
+                    found.append(run_record(run, param_keys, METRIC_KEYS))
+                    self._signatures[found[-1]["run_id"]] = run_signature(run)
         self._metric_keys = {r["run_id"]: r["metric_keys"] for r in found}
         if self.http is not None:
             self._shared = shared_folders([r["artifact_uri"] for r in found], SHARED_BY)
-        runs = pd.DataFrame([{c: r[c] for c in RAW_RUN_COLUMNS} for r in found])
-        runs = runs.reindex(columns=list(RAW_RUN_COLUMNS))
+        rows = [[r[c] for c in RAW_RUN_COLUMNS] for r in found]
+        runs = pd.DataFrame(rows, columns=list(RAW_RUN_COLUMNS), dtype=object)
         for column in ("start_time", "end_time"):
             runs[column] = pd.to_numeric(runs[column], errors="coerce").astype("float64")
         params = pd.DataFrame(
@@ -318,14 +355,26 @@ class ApiReader:
         return tasks
 
     def _per_run(self, ids: list[str], key: str) -> pd.DataFrame:
+        (run_id,) = ids
+        if self.http is not None:
+            return self._history(run_id, key)
         from itwin_report.store import mlflow_api
 
-        (run_id,) = ids
         points = mlflow_api.metric_history(self.uri, run_id, key)
         frame = pd.DataFrame(points, columns=["step", "value", "timestamp"])
         frame.insert(0, "key", key)
         frame.insert(0, "run_id", run_id)
         return frame
+
+    def _history(self, run_id: str, key: str) -> pd.DataFrame:
+        """Every point of one run's metric, page by page (the server's paginated history)."""
+        assert self.http is not None
+        what = f"read metric {key} of run {run_id}"
+        query = {"run_id": run_id, "metric_key": key, "max_results": BULK_MAX_POINTS}
+        pages = self.http.pages(HISTORY_PATH, query, "metrics", what, method="GET")
+        with self._shape(what):
+            points = [{**p, "run_id": run_id} for p in objects(list(pages), "metrics")]
+            return points_frame(points, key)
 
     def _bulk(self, ids: list[str], key: str) -> pd.DataFrame:
         """One bulk request, and one more for the runs a full page may have cut short.
@@ -337,8 +386,10 @@ class ApiReader:
         """
         assert self.http is not None
         params = {"run_id": ids, "metric_key": key, "max_results": BULK_MAX_POINTS}
-        answer = self.http.get(BULK_PATH, params, "read metric histories").get("metrics") or []
-        frame = points_frame(answer, key)
+        what = "read metric histories"
+        answer = self.http.get(BULK_PATH, params, what).get("metrics")
+        with self._shape(what):
+            frame = points_frame(answer, key)
         if len(frame) < BULK_MAX_POINTS:
             return frame
         if len(ids) == 1:
@@ -382,16 +433,16 @@ class ApiReader:
         what = f"download {path}"
         retried = [s for s in RETRIED_STATUS if s != 500]  # MLflow 2.x: 500 for a missing file
         answer = self.http.send("GET", proxied, what, ok=(200, 404, 500), retried=retried)
-        with answer:
-            if answer.status_code == 404:
+        if answer.status_code == 404:
+            answer.close()
+            return None
+        if answer.status_code == 500:
+            said = self.http.text(answer, what)
+            if not self._listed(proxied):
                 return None
-            if answer.status_code == 500:
-                text = answer.text
-                if not self._listed(proxied):
-                    return None
-                detail = http_detail(500, answer.reason or "", "application/json", text)
-                raise StoreError(f"cannot {what} in {mask_uri(self.http.base)}: {detail}")
-            data = answer.raw.read(MAX_ARTIFACT_BYTES + 1, decode_content=True)
+            detail = http_detail(500, answer.reason or "", "application/json", said)
+            raise StoreError(f"cannot {what} in {mask_uri(self.http.base)}: {detail}")
+        data = self.http.body(answer, what, MAX_ARTIFACT_BYTES, cut=True)
         if len(data) > MAX_ARTIFACT_BYTES:
             raise SkippedArtifact(f"more than the {MAX_ARTIFACT_BYTES:,}-byte cap")
         return bytes(data)
@@ -471,5 +522,7 @@ class ApiReader:
         assert self.http is not None
         location = unquote(proxied.removeprefix(ARTIFACTS_PATH).lstrip("/"))
         listing = self.http.get(ARTIFACTS_PATH, {"path": location}, what)
-        entries = ((str(f.get("path", "")), f.get("is_dir")) for f in listing.get("files") or [])
+        with self._shape(what):
+            files = objects(listing.get("files"), "files")
+            entries = [(text(f.get("path"), "path"), f.get("is_dir")) for f in files]
         return [(path.rpartition("/")[2], bool(is_dir)) for path, is_dir in entries if path]

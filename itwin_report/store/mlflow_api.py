@@ -23,12 +23,7 @@ import mlflow
 from mlflow.exceptions import MlflowException
 from mlflow.tracking import MlflowClient
 
-from itwin_report.store.rest import (  # noqa: F401 (HTTP settings shared with MLflow's client)
-    HTTP_ENV_DEFAULTS,
-    limit_http_retries,
-    report_keys,
-    request_timeout,
-)
+from itwin_report.store.rest import report_keys
 from itwin_report.store.tree import PARENT_TAG
 from itwin_report.store.uri import FILE, store_kind
 from itwin_report.util.errors import StoreError
@@ -241,7 +236,6 @@ __all__ = [
     "allow_file_store",
     "client",
     "download_artifact",
-    "limit_http_retries",
     "list_experiments",
     "metric_history",
     "mlflow",

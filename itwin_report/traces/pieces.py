@@ -95,7 +95,10 @@ def add_piece(columns: Columns, piece: bytes, sep: bytes) -> bool:
         return False
     if columns.whole_ts and (table.column("ts").null_count or FLOAT_TS.search(piece)):
         columns.whole_ts = False  # as Columns.add_many decides it
-    columns.add_table(table)
+    try:
+        columns.add_table(table)
+    except UnicodeDecodeError:  # pyarrow took text that is not UTF-8: the careful reader words it
+        return False
     return True
 
 

@@ -73,7 +73,7 @@ class Edges:
         try:
             head = self.head.decode("utf-8").strip().rstrip(",")
             return isinstance(json.loads(head + "}", parse_constant=not_json), dict)
-        except ValueError:  # UnicodeDecodeError is a ValueError
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return False
 
     def meta(self) -> dict[str, Any]:
@@ -83,7 +83,7 @@ class Edges:
             try:
                 value = json.loads(head + "}")
                 out.update(value if isinstance(value, dict) else {})
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
         out.update(_tail_meta(self.tail.decode("utf-8", "replace")))
         return out
@@ -95,7 +95,7 @@ def _tail_meta(tail: str) -> dict[str, Any]:
     for match in re.finditer(r"\]\s*,\s*\"", tail):
         try:
             value = json.loads("{" + tail[match.end() - 1 :])
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(value, dict):
             return value

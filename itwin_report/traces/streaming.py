@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from itwin_report.traces.columns import Columns
+from itwin_report.traces.shape import ShapeError, ShapeGuard
 from itwin_report.traces.source import Edges, TraceReadError
 
 CHUNK = 1 << 20  # bytes handed to the parser at once
@@ -39,18 +40,23 @@ def read_streaming(path: Path, fh: Any, columns: Columns, edges: Edges) -> int:
         raise TraceReadError(f"{path}: {what} ({_short(exc)})") from None
     except UnicodeDecodeError:
         raise TraceReadError(f"{path}: not JSON (not UTF-8 text)") from None
+    except ShapeError as exc:  # before the parser builds it
+        raise TraceReadError(f"{path}: not a trace ({exc})") from None
     return tee.read_bytes
 
 
 class _Tee:
-    """The file as ijson reads it, every chunk also shown to the metadata reader."""
+    """The file as ijson reads it, every chunk also shown to the metadata reader and checked
+    for its shape (:mod:`~itwin_report.traces.shape`) before ijson parses it."""
 
     def __init__(self, fh: Any, edges: Edges) -> None:
         self.fh, self.edges, self.read_bytes = fh, edges, 0
+        self.shape = ShapeGuard()
 
     def read(self, size: int = -1) -> bytes:
         chunk = self.fh.read(size)
         self.read_bytes += len(chunk)
+        self.shape.feed(chunk)
         self.edges.feed(chunk)
         return chunk
 
