@@ -31,9 +31,14 @@ import pytest
 from click.testing import CliRunner
 
 
-def start_from_terminal(cmd: list[str], env: dict[str, str]) -> subprocess.Popen[str]:
+def start_from_terminal(
+    cmd: list[str], env: dict[str, str], group: bool = False
+) -> subprocess.Popen[str]:
     """``cmd`` with its output piped and Ctrl-C handled as from a terminal, even when the
-    suite runs where SIGINT is ignored (a background job): for tests that signal it."""
+    suite runs where SIGINT is ignored (a background job): for tests that signal it.
+
+    ``group``: in a process group of its own (its pid), so that ``os.killpg`` signals it and
+    every process it starts, as a terminal's Ctrl-C does."""
     return subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
@@ -41,6 +46,7 @@ def start_from_terminal(cmd: list[str], env: dict[str, str]) -> subprocess.Popen
         text=True,
         env=env,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        process_group=0 if group else None,
     )
 
 

@@ -8,7 +8,6 @@ import json
 import math
 import sys
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 
@@ -368,44 +367,31 @@ def test_trace_text_is_counted_uncompressed_and_a_fifo_is_never_opened(tmp_path:
     assert text_bytes(fifo) == 0 and text_bytes(tmp_path / "missing") == 0
 
 
-class _Pool:
-    """Stands in for the process pool: records how it was made, maps in this process."""
-
-    made: ClassVar[list[object]] = []
-
-    def __init__(self, max_workers: int, mp_context: object) -> None:
-        self.made.append((max_workers, mp_context))
-
-    def __enter__(self) -> _Pool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-    def map(self, fn, items):  # type: ignore[no-untyped-def]
-        return map(fn, items)
-
-
 def test_a_pool_starts_only_for_enough_trace_text(tmp_path: Path, monkeypatch) -> None:
-    from itwin_report.traces import analyze
+    from itwin_report.traces import analyze, workers
 
-    monkeypatch.setattr(analyze, "ProcessPoolExecutor", _Pool)
-    monkeypatch.setattr(_Pool, "made", [])
+    made: list[int] = []
+
+    def in_this_process(fn, items, count):  # type: ignore[no-untyped-def]
+        made.append(count)
+        return [fn(item) for item in items]
+
+    monkeypatch.setattr(workers, "map_in_workers", in_this_process)
     paths = [kineto.write(s, tmp_path, gz=True) for s in kineto.job(3, steps=40)]
     text = sum(len(gzip.decompress(p.read_bytes())) for p in paths)
     disk = sum(p.stat().st_size for p in paths)
     monkeypatch.setattr(analyze, "PARALLEL_MIN_BYTES", text + 1)  # just too little text
     serial = read_all(paths, jobs=2)
-    assert _Pool.made == []
+    assert made == []
     monkeypatch.setattr(analyze, "PARALLEL_MIN_BYTES", text)  # far above the bytes on disk
     assert disk < text // 5
     parallel = read_all(paths, jobs=2)
-    ((workers, context),) = _Pool.made
-    assert workers == 2
+    assert made == [2]
     assert [r.row() for r in parallel] == [r.row() for r in serial]  # type: ignore[union-attr]
     if sys.platform.startswith("linux"):  # forked from a server that imported the reader
-        assert context.get_start_method() == "forkserver"  # type: ignore[attr-defined]
-        assert "itwin_report.traces.analyze" in analyze.PRELOAD
+        assert workers.pool_context().get_start_method() == "forkserver"
+        assert "itwin_report.traces.analyze" in workers.PRELOAD
+        assert workers.PRELOAD[0] == "itwin_report.traces.ignore_sigint"  # before anything
 
 
 @pytest.mark.parametrize("gz", [False, True])

@@ -16,9 +16,7 @@ named with their node when the rank's worker run logs a ``hostname``. Each trace
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -51,18 +49,6 @@ TABLE = "traces"
 # about 0.55 s before a worker reads (its own interpreter and imports, or the fork server's),
 # where reading takes about 10 ms per MiB (docs/traces.md)
 PARALLEL_MIN_BYTES = 64 << 20
-# what the fork server imports before the workers are forked from it: the caller's main module
-# (as a spawned worker would), the reader, and pandas, which pyarrow imports on its first
-# conversion (0.2 s in each worker otherwise)
-PRELOAD = (
-    "__main__",
-    "itwin_report.traces.analyze",
-    "itwin_report.traces.pieces",
-    "pyarrow.json",
-    "pyarrow.compute",
-    "pandas",
-    "ijson",
-)
 MEASURES = (  # (timeline attribute, words, unit)
     ("compute_per_step_s", "compute per step", " s"),
     ("launch_lag_s", "collective launch delay per step", " s"),
@@ -135,21 +121,9 @@ def read_all(paths: list[Path], jobs: int | None = None) -> list[RankTimeline | 
     workers = min(len(paths), jobs or os.cpu_count() or 1)
     if workers < 2 or size < PARALLEL_MIN_BYTES:
         return [read_one(p) for p in paths]
-    with ProcessPoolExecutor(max_workers=workers, mp_context=pool_context()) as pool:
-        return list(pool.map(read_one, paths))
+    from itwin_report.traces.workers import map_in_workers
 
-
-def pool_context() -> Any:
-    """How the workers start: on Linux, forked from a fork server, a fresh process (started
-    once per process, so nothing of the caller's threads or state) that has imported
-    ``PRELOAD``, so a worker costs a fork; elsewhere spawned, each a new interpreter."""
-    import multiprocessing
-
-    if not sys.platform.startswith("linux"):
-        return multiprocessing.get_context("spawn")
-    context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(PRELOAD))
-    return context
+    return map_in_workers(read_one, paths, workers)
 
 
 def text_bytes(path: Path) -> int:

@@ -10,23 +10,17 @@ Light module: standard library only (it runs before anything else is imported).
 
 from __future__ import annotations
 
-import contextlib
-import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
-from itwin_report.util.errors import EXIT_SIGINT
-
-MESSAGE = b"Error: interrupted by SIGINT\n"
-
-
-def _exit_at_once(_signum: int, _frame: FrameType | None) -> None:
-    with contextlib.suppress(OSError):
-        os.write(2, MESSAGE)
-    os._exit(EXIT_SIGINT)
+# the handler the package installs on its first line when it runs as the command (the same
+# function, so that a command knows it finds it)
+from itwin_report import _exit_at_once
 
 
 def exit_at_once_on_sigint() -> None:
@@ -52,9 +46,32 @@ def sigint_exits_at_once() -> Iterator[None]:
             signal.signal(signal.SIGINT, previous)
 
 
+class _Interrupts:
+    """Whether Ctrl-C came while a command ran, even if some code swallowed the
+    KeyboardInterrupt (a finalizer, a library's ``except BaseException``)."""
+
+    def __init__(self) -> None:
+        self.seen = False
+
+    def handler(self, _signum: int, _frame: FrameType | None) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
+
+    def quiet_hook(self, previous: Any) -> Any:
+        """``sys.unraisablehook`` that drops a KeyboardInterrupt raised where Python cannot
+        raise it (``Exception ignored in ...``): the command reports it, in one line."""
+
+        def hook(unraisable: Any) -> None:
+            if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+                previous(unraisable)
+
+        return hook
+
+
 @contextmanager
 def sigint_unwinds() -> Iterator[None]:
-    """While a command runs, Ctrl-C raises KeyboardInterrupt (temporary files go)."""
+    """While a command runs, Ctrl-C raises KeyboardInterrupt (temporary files go); a Ctrl-C
+    that some code swallowed still ends the command with KeyboardInterrupt."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -62,8 +79,17 @@ def sigint_unwinds() -> Iterator[None]:
     if previous is not _exit_at_once:
         yield
         return
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    interrupts, hook = _Interrupts(), sys.unraisablehook
+    sys.unraisablehook = interrupts.quiet_hook(hook)
+    signal.signal(signal.SIGINT, interrupts.handler)
     try:
         yield
+    except BaseException:
+        if interrupts.seen:
+            raise KeyboardInterrupt from None
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
+        sys.unraisablehook = hook
+    if interrupts.seen:
+        raise KeyboardInterrupt
