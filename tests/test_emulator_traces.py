@@ -170,7 +170,6 @@ def test_a_planted_straggler_is_named_and_identical_ranks_name_none(
 def test_the_thresholds_are_the_reports() -> None:
     assert bounds.OVERHEAD_SHARE == breakdown.OVERHEAD_SHARE
     assert bounds.EXPOSED_SHARE == breakdown.EXPOSED_SHARE
-    assert bounds.EFFICIENCY_FLOOR == breakdown.EFFICIENCY_FLOOR
 
 
 def _truth(workers: tuple[int, ...], strategy: str = "torch-ddp", *sets: str) -> dict[str, Any]:
@@ -210,7 +209,7 @@ def test_deepspeed_on_one_node_is_bound_by_computation() -> None:
     assert 1 - steady / wall == pytest.approx(0.2492, abs=1e-4)  # just under 25 %
     b = ds4["time_breakdown"]
     assert b["outside_steady_share"] == pytest.approx(1 - steady / wall)
-    assert ds4["bound_by"] == "computation" and b["bound_by_without_traces"] == "computation"
+    assert ds4["bound_by"] == "computation" and b["bound_by_without_traces"] == "undecided"
     assert b["exposed_communication_pct"] < 20
 
 

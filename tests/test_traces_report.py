@@ -87,17 +87,21 @@ def test_time_breakdown_and_overhead_verdict() -> None:
     assert (a["wall_s"], a["epochs_s"], a["outside_s"]) == (50.0, 32.0, 18.0)
     assert a["steady_s"] == pytest.approx(30.0) and a["rest_s"] == pytest.approx(2.0)
     assert a["bound_by"] == "fixed per-epoch overhead"
-    assert a["evidence"].startswith("40 % of the wall time (50.0 s) is outside steady-state")
-    assert "18.0 s outside the epochs" in a["evidence"] and "2.0 s inside" in a["evidence"]
+    assert a["evidence"] == (
+        "40.0 % of the wall time (50.0 s) is outside steady-state steps (one run: no interval; "
+        "the line: 25 %): 18.0 s outside the epochs (set-up, teardown), 2.0 s inside them "
+        "(validation, checkpoints, warm-up)"
+    )
 
 
-def test_verdicts_from_efficiency_traces_input_and_stragglers() -> None:
+def test_verdicts_from_traces_input_and_stragglers() -> None:
     data = _data()
-    epoch = pd.DataFrame({"strategy": ["ddp"] * 2, "workers": [4, 8], "efficiency": [1.0, 0.6]})
-    b = time_breakdown(data, epoch=epoch).iloc[1]
-    assert (b["workers"], b["bound_by"]) == (8, "communication")
-    assert "epoch-time efficiency 60 %" in b["evidence"]
-    # traces: exposed communication 4 of 20 ms = 20 % -> communication; 1 of 20 ms -> computation
+    # job b: 3 % outside steady steps; without traces the steps stay undecided
+    b = time_breakdown(data).iloc[1]
+    assert (b["workers"], b["bound_by"]) == (8, "undecided")
+    assert b["evidence"].startswith("3.2 % of the wall time (31.0 s) is outside steady-state")
+    assert "no traces to split the steady steps" in b["evidence"]
+    # traces: exposed communication 4 of 20 ms = 20 % on both ranks (no noise) -> communication
     traces = pd.DataFrame(
         {
             "strategy": ["ddp"] * 2,
@@ -108,17 +112,76 @@ def test_verdicts_from_efficiency_traces_input_and_stragglers() -> None:
             "idle_pct": [5.0, 5.0],
         }
     )
-    b = time_breakdown(data, epoch=epoch, traces=traces).iloc[1]
+    b = time_breakdown(data, traces=traces).iloc[1]
     assert b["exposed_communication_pct"] == pytest.approx(20.0)
     assert b["compute_pct"] == 75.0 and b["bound_by"] == "communication"
+    assert (
+        "exposed communication is 20.0 % of the device time (95 % interval 20.0–20.0 %"
+        in (b["evidence"])
+    )
     traces["exposed_communication_s"] = 0.001
-    b = time_breakdown(data, epoch=epoch, traces=traces).iloc[1]
-    assert b["bound_by"] == "computation" and "exposed communication 5.0 %" in b["evidence"]
+    b = time_breakdown(data, traces=traces).iloc[1]
+    assert b["bound_by"] == "computation" and "exposed communication is 5.0 %" in b["evidence"]
+    # 3 and 5 ms of 20 ms: 15 and 25 %, sd 7.071 %; 20 % ± t(0.975, 1) 12.706 x 7.071 / sqrt(2)
+    # = ±63.5 % holds the line
+    traces["exposed_communication_s"] = [0.003, 0.005]
+    b = time_breakdown(data, traces=traces).iloc[1]
+    assert b["bound_by"] == "near the line: communication or computation"
+    assert "95 % interval -43.5–83.5 %" in b["evidence"]
     thr = pd.DataFrame({"strategy": ["ddp"], "workers": [8], "input_bound": [True]})
-    assert time_breakdown(data, thr, epoch, traces).iloc[1]["bound_by"] == "the input pipeline"
+    assert time_breakdown(data, thr, traces).iloc[1]["bound_by"] == "the input pipeline"
     slow = pd.DataFrame({"strategy": ["ddp"], "workers": [8], "text": ["rank 5: …"]})
-    b = time_breakdown(data, thr, epoch, traces, slow).iloc[1]
+    b = time_breakdown(data, thr, traces, slow).iloc[1]
     assert (b["bound_by"], b["evidence"]) == ("a straggler", "rank 5: …")
+
+
+def _two_jobs(walls: tuple[float, float], rate: float = 25.0) -> RunData:
+    """Two 4-worker jobs of 3 x 1000 samples at ``rate`` per worker (steady 30 s at 25/s)."""
+    runs, metrics, perf = [], [], []
+    for job, wall in zip(("a", "c"), walls, strict=True):
+        runs += [_run(job, 4, r, f"node{r // 2}") for r in range(4)]
+        metrics += _points(f"{job}-0", EPOCH_TIME, [10, 10, 10])
+        metrics += _points(f"{job}-0", RATE, [rate] * 6)
+        perf.append(_perf(f"{job}-0", wall))
+    return RunData(
+        experiment="x",
+        tracking_uri="sqlite:///x.db",
+        runs=pd.DataFrame(runs),
+        metrics=pd.DataFrame(metrics),
+        performance=pd.DataFrame(perf),
+    )
+
+
+def test_a_share_within_its_noise_of_the_line_names_both_candidates() -> None:
+    # steady 30 s; walls 39 and 41 s: shares 1 - 30/39 = 23.08 % and 1 - 30/41 = 26.83 %,
+    # mean 24.95 %, sd 2.652 %, half-width t(0.975, 1) = 12.706 x 2.652 / sqrt(2) = 23.8 %
+    row = time_breakdown(_two_jobs((39.0, 41.0))).iloc[0]
+    assert row["wall_s"] == 40.0 and row["steady_s"] == pytest.approx(30.0)
+    assert row["bound_by"] == "near the line: fixed per-epoch overhead or steady steps"
+    shares = [1 - 30 / 39, 1 - 30 / 41]
+    half = 12.7062 * abs(shares[0] - shares[1]) / 2**0.5 / 2**0.5
+    assert (
+        f"(95 % interval {100 * (0.25 - half):.1f}–{100 * (0.25 + half):.1f} %" in (row["evidence"])
+    )
+    # the same mean share with no noise between the jobs: decided, on either side
+    assert time_breakdown(_two_jobs((40.5, 40.5))).iloc[0]["bound_by"] == (
+        "fixed per-epoch overhead"  # 1 - 30 / 40.5 = 25.9 %
+    )
+    assert time_breakdown(_two_jobs((39.5, 39.5))).iloc[0]["bound_by"] == "undecided"  # 24.1 %
+
+
+def test_without_a_wall_time_split_the_verdict_is_undecided() -> None:
+    data = _data()
+    data.performance = data.performance.iloc[0:0]  # no performance.json: no wall time
+    epoch = time_breakdown(data)
+    assert epoch["bound_by"].tolist() == ["undecided", "undecided"]
+    assert epoch["evidence"].iloc[1] == (
+        "no wall-time split to decide from: it needs the runs' wall time (total_time of "
+        "performance.json); traces (--traces) would then split the steady steps; whether the "
+        "input pipeline bounds it is undecided too (the throughput table)"
+    )
+    thr = pd.DataFrame({"strategy": ["ddp"] * 2, "workers": [4, 8], "input_bound": [False] * 2})
+    assert "input pipeline" not in time_breakdown(data, thr).iloc[1]["evidence"]
 
 
 def test_metric_stragglers_name_a_rank_a_node_or_none() -> None:
@@ -210,9 +273,15 @@ def test_report_with_traces_worked_out_by_hand(tmp_path: Path) -> None:
     assert four["compute_pct"] == pytest.approx(round(100 * 24 / 40.5, 2))  # 59.26 %
     assert four["exposed_communication_pct"] == pytest.approx(100 * 4 / 40.5)  # 9.9 %
     assert four["idle_pct"] == pytest.approx(round(100 * 10 / 40.5, 2))  # 24.69 %
-    assert four["bound_by"] == "computation"
+    # no performance.json or Rate metrics: no wall-time split, so the overhead rule cannot be
+    # weighed; the traces' reading of the steps is given, undecided
+    assert four["bound_by"] == "undecided"
     assert four["evidence"] == (
-        "compute is 59.3 % of the device time, exposed communication 9.9 %, idle 24.7 %"
+        "no wall-time split to decide from: it needs the runs' wall time (total_time of "
+        "performance.json), and the steady-state rate (Rate metrics) with samples per epoch; "
+        "the traced steps alone read computation (exposed communication is 9.9 % of the device "
+        "time (95 % interval 9.9–9.9 %; the line: 20 %), compute 59.3 %, idle 24.7 %); whether "
+        "the input pipeline bounds it is undecided too (the throughput table)"
     )
     # ddp-8: busy 0.5 + 6 + 3 = 9.5 ms a step; span 40 + 0.5 = 40.5 ms; exposed 4 x 3 = 12 ms;
     # idle 40.5 - 4 x 9.5 - 0.5 = 2 ms; compute 24 ms
@@ -220,7 +289,7 @@ def test_report_with_traces_worked_out_by_hand(tmp_path: Path) -> None:
     assert eight["compute_pct"] == pytest.approx(round(100 * 24 / 40.5, 2))  # 59.26 %
     assert eight["exposed_communication_pct"] == pytest.approx(100 * 12 / 40.5)  # 29.6 %
     assert eight["idle_pct"] == pytest.approx(round(100 * 2 / 40.5, 2))  # 4.94 %
-    assert eight["bound_by"] == "communication"
+    assert eight["bound_by"] == "undecided" and "alone read communication" in eight["evidence"]
     # deepspeed-8: every rank busy 8.7 ms a step (rank 5: 0.5 + 7.2 + 1; the others 0.5 + 6 +
     # 2.2), span 40 + 0.5 = 40.5 ms; compute 28.8 ms on rank 5, 24 ms on the others
     ds = rows[("deepspeed", 8)]
@@ -258,7 +327,7 @@ def test_report_with_traces_worked_out_by_hand(tmp_path: Path) -> None:
     table = out[out.index("Where the time goes") :]
     assert "Compute  Exposed comm    Idle" in table
     row = next(line for line in table.splitlines() if line.startswith("torch-ddp        4"))
-    assert row.split()[-7:] == ["59.3", "%", "9.9", "%", "24.7", "%", "computation"]
+    assert row.split()[-7:] == ["59.3", "%", "9.9", "%", "24.7", "%", "undecided"]
     assert (
         f"- straggler in deepspeed-8 (job {ds8.top[:8]}): rank 5 (node1): compute per step 1.20×"
     ) in table

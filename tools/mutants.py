@@ -227,6 +227,22 @@ MUTANTS = (
         "if first is not path and False:",
         ("tests/test_hostile_files.py",),
     ),
+    Mutant(
+        "M25",
+        "a bound-by verdict without a wall-time split, from the traces' steps alone",
+        "itwin_report/report/breakdown.py",
+        "return UNDECIDED, _missing(row, shares.exposed, input_bound)",
+        "return _steps(row, shares.exposed)",
+        ("tests/test_traces_report.py", "tests/test_verdict_truth.py"),
+    ),
+    Mutant(
+        "M26",
+        "a share within its noise of the threshold decided by its point value",
+        "itwin_report/report/breakdown.py",
+        "if half > 0 and abs(value - line) < half:",
+        "if half > 0 and abs(value - line) < 0:",
+        ("tests/test_traces_report.py", "tests/test_verdict_truth.py"),
+    ),
 )
 
 

@@ -12,9 +12,9 @@ noise-free model in the same order:
    samples at the steady-state rate);
 4. **communication**: with traces, the ranks' mean exposed communication at least
    ``EXPOSED_SHARE`` of the device span (from the traces' own truth,
-   :func:`itwin_report.emulator.kineto.truth`); without, an epoch-time efficiency under
-   ``EFFICIENCY_FLOOR``;
-5. else **computation**.
+   :func:`itwin_report.emulator.kineto.truth`);
+5. else **computation**; without traces the report cannot split the steps, so
+   ``bound_by_without_traces`` is then **undecided**.
 
 The thresholds are restated here (the emulator never imports the report); a test checks that
 they equal the report's.
@@ -29,13 +29,13 @@ from itwin_report.emulator.params import ModelParams
 
 OVERHEAD_SHARE = 0.25
 EXPOSED_SHARE = 0.20
-EFFICIENCY_FLOOR = 0.80
 
 STRAGGLER = "a straggler"
 INPUT = "the input pipeline"
 OVERHEAD = "fixed per-epoch overhead"
 COMMUNICATION = "communication"
 COMPUTATION = "computation"
+UNDECIDED = "undecided"
 VERDICTS = (STRAGGLER, INPUT, OVERHEAD, COMMUNICATION, COMPUTATION)
 
 
@@ -70,9 +70,9 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def verdict(b: dict[str, Any], efficiency: float | None, traces: bool) -> tuple[str, str]:
+def verdict(b: dict[str, Any], traces: bool) -> tuple[str, str]:
     """(bound_by, the numbers that decide it) for breakdown ``b``; ``traces``: whether the
-    report has the traces (otherwise no straggler is visible and the efficiency decides)."""
+    report has the traces (otherwise no straggler is visible and the steps stay undecided)."""
     slow = b["straggler_ranks"]
     if traces and slow:
         who = f"rank {slow[0]}" if len(slow) == 1 else f"ranks {slow[0]}-{slow[-1]}"
@@ -88,23 +88,18 @@ def verdict(b: dict[str, Any], efficiency: float | None, traces: bool) -> tuple[
             f"{100 * share:.1f} % of the wall time ({b['wall_s']:.1f} s) is outside steady-state "
             f"steps (at least {100 * OVERHEAD_SHARE:.0f} %)"
         )
-    if traces:
-        exposed = b["exposed_communication_pct"]
-        if exposed >= 100 * EXPOSED_SHARE:
-            return COMMUNICATION, (
-                f"exposed communication {exposed:.1f} % of the device span "
-                f"(at least {100 * EXPOSED_SHARE:.0f} %)"
-            )
-        return (
-            COMPUTATION,
-            f"compute {b['compute_pct']:.1f} %, exposed communication {exposed:.1f} %",
+    if not traces:
+        return UNDECIDED, (
+            f"{100 * share:.1f} % outside steady steps; no traces to split the steps into "
+            "compute and exposed communication"
         )
-    if efficiency is not None and efficiency < EFFICIENCY_FLOOR:
+    exposed = b["exposed_communication_pct"]
+    if exposed >= 100 * EXPOSED_SHARE:
         return COMMUNICATION, (
-            f"epoch-time efficiency {100 * efficiency:.1f} % (under {100 * EFFICIENCY_FLOOR:.0f} %)"
+            f"exposed communication {exposed:.1f} % of the device span "
+            f"(at least {100 * EXPOSED_SHARE:.0f} %)"
         )
-    eff = "unknown" if efficiency is None else f"{100 * efficiency:.1f} %"
-    return COMPUTATION, f"{100 * share:.1f} % outside steady steps, epoch-time efficiency {eff}"
+    return COMPUTATION, f"compute {b['compute_pct']:.1f} %, exposed communication {exposed:.1f} %"
 
 
 def efficiencies(rows: list[dict[str, Any]], weak: bool) -> list[float | None]:

@@ -72,8 +72,8 @@ def expected_truth(options: EmulationOptions) -> dict[str, Any]:
     for row, efficiency in zip(configs, bounds.efficiencies(configs, weak), strict=True):
         b = row["time_breakdown"]
         b["efficiency"] = efficiency
-        b["bound_by_without_traces"] = bounds.verdict(b, efficiency, traces=False)[0]
-        row["bound_by"], b["decided_by"] = bounds.verdict(b, efficiency, traces=True)
+        b["bound_by_without_traces"] = bounds.verdict(b, traces=False)[0]
+        row["bound_by"], b["decided_by"] = bounds.verdict(b, traces=True)
     return {
         "preset": options.preset,
         "seed": options.seed,
@@ -84,7 +84,6 @@ def expected_truth(options: EmulationOptions) -> dict[str, Any]:
         "thresholds": {
             "overhead_share": bounds.OVERHEAD_SHARE,
             "exposed_share": bounds.EXPOSED_SHARE,
-            "efficiency_floor": bounds.EFFICIENCY_FLOOR,
         },
         "configurations": configs,
     }

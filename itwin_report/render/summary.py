@@ -195,8 +195,11 @@ def bound_sentences(report: Report) -> list[str]:
         )
     if not groups:
         return []
+    undecided = groups.pop("undecided", [])
     parts = [f"by {verdict}: {', '.join(names)}" for verdict, names in groups.items()]
-    out = [f"Bound {'; '.join(parts)}."]
+    out = [f"Bound {'; '.join(parts)}."] if parts else []
+    if undecided:
+        out.append(f"Undecided what bounds {', '.join(undecided)}: the data cannot tell.")
     named = straggler_lines(report)
     if named:
         out.append(f"Stragglers: {'; '.join(named)}.")

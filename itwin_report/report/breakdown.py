@@ -12,22 +12,26 @@ Per job, then averaged over the configuration's jobs:
   the device span, averaged over the configuration's ranks (every rank of every job with a
   matched trace, each rank's profiling windows summed first: :mod:`itwin_report.traces.match`).
 
-``bound_by`` is decided in this order, each with the numbers that decide it in ``evidence``:
-``a straggler`` (one named by traces or metrics), ``the input pipeline`` (the throughput
-table's verdict), ``fixed per-epoch overhead`` (wall time outside steady steps at least
-:data:`OVERHEAD_SHARE`), ``communication`` (exposed communication at least
-:data:`EXPOSED_SHARE` of the span, or without traces an epoch-time efficiency under
-:data:`EFFICIENCY_FLOOR`), else ``computation``.
+``bound_by`` is decided only from the numbers the row shows, in this order, with them in
+``evidence``: ``a straggler`` (one named by traces or metrics), ``the input pipeline`` (the
+throughput table's verdict), ``fixed per-epoch overhead`` (wall time outside steady steps at
+least :data:`OVERHEAD_SHARE`), ``communication`` (traces: exposed communication at least
+:data:`EXPOSED_SHARE` of the span), else ``computation``. Without a wall-time split it is
+``undecided`` and the evidence says what would decide it; without traces, steps that take most
+of the wall time are ``undecided`` between computation and communication. A share whose 95 %
+interval (over the jobs; for exposed communication, over the traced ranks) holds its threshold
+is ``near the line: A or B``: noise never flips it.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 
+from itwin_report.analysis.intervals import mean_interval
 from itwin_report.data.frames import coded, isin, join_runs, text_index, value_codes
 from itwin_report.data.rundata import EPOCH_TIME, RATE, RunData
 from itwin_report.report import specs
@@ -38,7 +42,14 @@ from itwin_report.traces.kinds import PERCENTS, SECONDS
 
 OVERHEAD_SHARE = 0.25
 EXPOSED_SHARE = 0.20
-EFFICIENCY_FLOOR = 0.80
+STRAGGLER = "a straggler"
+INPUT = "the input pipeline"
+OVERHEAD = "fixed per-epoch overhead"
+COMMUNICATION = "communication"
+COMPUTATION = "computation"
+UNDECIDED = "undecided"
+NEAR = "near"
+NEAR_TEXT = "near the line: "
 COLUMNS = specs.TIME_BREAKDOWN.names
 nan = math.nan
 
@@ -170,7 +181,6 @@ def _job_rate(rate: pd.DataFrame, workers: int) -> float:
 def time_breakdown(
     data: RunData,
     throughput: pd.DataFrame | None = None,
-    epoch: pd.DataFrame | None = None,
     traces: pd.DataFrame | None = None,
     stragglers: pd.DataFrame | None = None,
 ) -> pd.DataFrame:
@@ -191,9 +201,9 @@ def time_breakdown(
         row.update(_trace_shares(traces, strategy, workers))
         row["bound_by"], row["evidence"] = verdict(
             row,
+            Shares(_overhead_half(mine), _exposed_half(traces, strategy, workers)),
             _named(stragglers, strategy, workers),
             _value(throughput, strategy, workers, "input_bound"),
-            _value(epoch, strategy, workers, "efficiency"),
         )
         rows.append(row)
     return finish(rows, COLUMNS)
@@ -228,38 +238,112 @@ def _value(table: pd.DataFrame | None, strategy: str, workers: int, column: str)
     return None if mine.empty else mine.iloc[0][column]
 
 
+class Shares(NamedTuple):
+    """Half-widths of the 95 % intervals of a row's two shares (NaN with fewer than two values):
+    ``overhead``, of the wall time outside steady steps, over the configuration's jobs (a
+    fraction); ``exposed``, of exposed communication, over its traced ranks (percent)."""
+
+    overhead: float
+    exposed: float
+
+
+def _half(values: np.ndarray) -> float:
+    """Half-width of the 95 % interval of the mean of ``values`` (NaN under two values)."""
+    mean, low, _ = mean_interval(values)
+    return mean - low
+
+
+def _overhead_half(jobs: pd.DataFrame) -> float:
+    """The interval's half-width of the share outside steady steps, over ``jobs`` that have
+    both a wall time and steady steps."""
+    wall, steady = jobs["wall_s"].to_numpy(float), jobs["steady_s"].to_numpy(float)
+    known = (wall > 0) & ~np.isnan(steady)
+    return _half(1 - steady[known] / wall[known])
+
+
+def _exposed_half(traces: pd.DataFrame | None, strategy: str, workers: int) -> float:
+    if traces is None or traces.empty:
+        return nan
+    mine = traces[(traces["strategy"] == strategy) & (traces["workers"] == workers)]
+    return _half((100 * mine["exposed_communication_s"] / mine["span_s"]).to_numpy(float))
+
+
+def _side(value: float, half: float, line: float) -> str:
+    """``near`` when ``line`` lies within ``value``'s noise (``half``), else ``above`` (at least
+    the line) or ``below``."""
+    if half > 0 and abs(value - line) < half:  # NaN compares false
+        return NEAR
+    return "above" if value >= line else "below"
+
+
+def _interval(value: float, half: float) -> str:
+    if half != half:
+        return "one run: no interval"
+    return f"95 % interval {value - half:.1f}–{value + half:.1f} %"
+
+
 def verdict(
-    row: dict[str, Any], stragglers: list[str], input_bound: Any, efficiency: Any
+    row: dict[str, Any], shares: Shares, stragglers: list[str], input_bound: Any
 ) -> tuple[str, str]:
-    """(bound_by, evidence) for one configuration's row."""
+    """(bound_by, evidence) for one configuration's row, decided only from the row's numbers:
+    "undecided" (and what would decide) where they are missing, "near the line: A or B"
+    where a share is within its noise of its threshold."""
     if stragglers:
-        return "a straggler", stragglers[0]
+        return STRAGGLER, stragglers[0]
     if input_bound is True or input_bound == True:  # noqa: E712 - numpy bools too
-        return "the input pipeline", "the throughput table finds it input-bound"
+        return INPUT, "the throughput table finds it input-bound"
     wall, steady = row["wall_s"], row["steady_s"]
-    if wall == wall and steady == steady and wall > 0:
-        share = 1 - steady / wall
-        if share >= OVERHEAD_SHARE:
-            outside, rest = row["outside_s"], row["rest_s"]
-            return "fixed per-epoch overhead", (
-                f"{100 * share:.0f} % of the wall time ({wall:.1f} s) is outside steady-state "
-                f"steps: {outside:.1f} s outside the epochs (set-up, teardown), {rest:.1f} s "
-                "inside them (validation, checkpoints, warm-up)"
-            )
+    if not (wall > 0 and steady == steady):  # NaN compares false
+        return UNDECIDED, _missing(row, shares.exposed, input_bound)
+    share = 1 - steady / wall
+    side = _side(share, shares.overhead, OVERHEAD_SHARE)
+    split = (
+        f"{100 * share:.1f} % of the wall time ({wall:.1f} s) is outside steady-state steps "
+        f"({_interval(100 * share, 100 * shares.overhead)}; the line: "
+        f"{100 * OVERHEAD_SHARE:.0f} %): {row['outside_s']:.1f} s outside the epochs (set-up, "
+        f"teardown), {row['rest_s']:.1f} s inside them (validation, checkpoints, warm-up)"
+    )
+    if side == "above":
+        return OVERHEAD, split
+    steps, why = _steps(row, shares.exposed)
+    if side == NEAR:
+        candidate = "steady steps" if steps == UNDECIDED else steps.removeprefix(NEAR_TEXT)
+        return f"{NEAR_TEXT}{OVERHEAD} or {candidate}", f"{split}; {why}"
+    return steps, f"{split}; {why}"
+
+
+def _steps(row: dict[str, Any], half: float) -> tuple[str, str]:
+    """What bounds the steady steps: the traces' exposed communication against its line."""
     exposed = row["exposed_communication_pct"]
-    if exposed == exposed:
-        if exposed >= 100 * EXPOSED_SHARE:
-            return "communication", (
-                f"exposed communication is {exposed:.1f} % of the device time "
-                f"(compute {row['compute_pct']:.1f} %, idle {row['idle_pct']:.1f} %)"
-            )
-        return "computation", (
-            f"compute is {row['compute_pct']:.1f} % of the device time, exposed communication "
-            f"{exposed:.1f} %, idle {row['idle_pct']:.1f} %"
+    if exposed != exposed:
+        return UNDECIDED, (
+            "no traces to split the steady steps into compute and exposed communication "
+            "(--traces would)"
         )
-    if efficiency is not None and efficiency == efficiency and efficiency < EFFICIENCY_FLOOR:
-        return "communication", (
-            f"epoch-time efficiency {100 * efficiency:.0f} % with little overhead outside the "
-            "steps: the loss is inside them (no trace to say how much is exposed communication)"
-        )
-    return "computation", "steady-state steps take most of the wall time and scale"
+    why = (
+        f"exposed communication is {exposed:.1f} % of the device time "
+        f"({_interval(exposed, half)}; the line: {100 * EXPOSED_SHARE:.0f} %), compute "
+        f"{row['compute_pct']:.1f} %, idle {row['idle_pct']:.1f} %"
+    )
+    side = _side(exposed, half, 100 * EXPOSED_SHARE)
+    if side == NEAR:
+        return f"{NEAR_TEXT}{COMMUNICATION} or {COMPUTATION}", why
+    return (COMMUNICATION if side == "above" else COMPUTATION), why
+
+
+def _missing(row: dict[str, Any], half: float, input_bound: Any) -> str:
+    """What would decide a row without a wall-time split."""
+    needs = []
+    if not row["wall_s"] > 0:
+        needs.append("the runs' wall time (total_time of performance.json)")
+    if row["steady_s"] != row["steady_s"]:
+        needs.append("the steady-state rate (Rate metrics) with samples per epoch")
+    text = f"no wall-time split to decide from: it needs {', and '.join(needs)}"
+    if row["exposed_communication_pct"] == row["exposed_communication_pct"]:
+        steps, why = _steps(row, half)
+        text += f"; the traced steps alone read {steps} ({why})"
+    else:
+        text += "; traces (--traces) would then split the steady steps"
+    if not isinstance(input_bound, (bool, np.bool_)):
+        text += "; whether the input pipeline bounds it is undecided too (the throughput table)"
+    return text

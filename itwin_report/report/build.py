@@ -129,7 +129,7 @@ def build_report(
         data=data,
         costs=costs,
         decision=decision,
-        time_breakdown=time_breakdown(data, thr, epoch, ranks, slow),
+        time_breakdown=time_breakdown(data, thr, ranks, slow),
         stragglers=slow,
         trace_ranks=ranks,
     )
