@@ -103,3 +103,56 @@ def test_loader_warnings_come_first_and_empty_tables_have_columns() -> None:
         "no throughput for ddp with 4 workers: no performance.json, no local_samples_per_sec "
         "metric, no epoch times" in report.warnings
     )
+
+
+def _one_gpu_and_two_models(batch: float = 64.0):
+    # non-distributed-1: 100 s epochs, batch 32; ddp 4/8 trains the same model (batch 32);
+    # ds 4/8 logs batch_size `batch`
+    def runs(job: str, strategy: str, workers: int, size: float) -> dict:
+        return {**run(job, job, strategy, workers, samples_per_epoch=25000.0), "batch_size": size}
+
+    return make_data(
+        [
+            runs("n", "non-distributed", 1, 32.0),
+            runs("d4", "ddp", 4, 32.0),
+            runs("d8", "ddp", 8, 32.0),
+            runs("s4", "ds", 4, batch),
+            runs("s8", "ds", 8, batch),
+        ],
+        metric("n", E, [0, 100, 100])
+        + metric("d4", E, [0, 30, 30])
+        + metric("d8", E, [0, 20, 20])
+        + metric("s4", E, [0, 40, 40])
+        + metric("s8", E, [0, 25, 25]),
+    )
+
+
+def test_auto_never_shares_a_base_across_runs_that_train_different_models() -> None:
+    report = build_report(_one_gpu_and_two_models())
+    rows = report.epoch_time.set_index(["strategy", "workers"])
+    # ddp: against the single-GPU run, 100 / 30 = 3.33x; ds (batch 64 vs 32): its own 4
+    # workers, 40 / 25 = 1.6x at 8, efficiency 1.6 x 4 / 8 = 0.8
+    assert rows.loc[("ddp", 4), "speedup"] == pytest.approx(100 / 30)
+    assert rows.loc[("ddp", 4), ["base_strategy", "base_workers"]].tolist() == [
+        "non-distributed",
+        1,
+    ]
+    assert rows.loc[("ds", 8), ["base_strategy", "base_workers"]].tolist() == ["ds", 4]
+    assert rows.loc[("ds", 8), "speedup"] == pytest.approx(1.6)
+    assert rows.loc[("ds", 8), "efficiency"] == pytest.approx(0.8)
+    assert (
+        "ds: its params differ from the single-GPU run's (non-distributed with 1 worker: "
+        "batch_size 64 vs 32): no shared base; its speedup and efficiency are against its own "
+        "4 workers"
+    ) in report.warnings
+    assert any("every strategy but ds are against the single-GPU run" in w for w in report.warnings)
+    # the same params: one shared base, no such warning
+    same = build_report(_one_gpu_and_two_models(batch=32.0))
+    assert set(same.epoch_time["base_strategy"]) == {"non-distributed"}
+    assert not any("params differ" in w for w in same.warnings)
+    # --baseline single-gpu shares it as asked, and says the params differ
+    forced = build_report(_one_gpu_and_two_models(), baseline="single-gpu")
+    assert set(forced.epoch_time["base_strategy"]) == {"non-distributed"}
+    assert any(
+        "yet --baseline single-gpu measures it against that run" in w for w in forced.warnings
+    )

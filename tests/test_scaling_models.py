@@ -18,6 +18,7 @@ from itwin_report.analysis.scaling_models import (
     fit_all,
     fit_strategy,
     karp_flatt,
+    karp_flatt_interval,
     karp_flatt_trend,
     predict,
 )
@@ -61,14 +62,53 @@ def test_karp_flatt_by_hand() -> None:
     # S(2) = 10/6: (0.6 - 0.5)/0.5 = 0.2; S(4) = 2.5: (0.4 - 0.25)/0.75 = 0.2
     assert math.isnan(e[0])
     assert e[1:] == pytest.approx([0.2, 0.2])
-    assert karp_flatt_trend(e) == "constant"
-    rising = karp_flatt(np.array([4.0, 8.0, 16.0, 32.0]), np.array([40.0, 21.0, 12.0, 8.0]))
-    assert karp_flatt_trend(rising) == "rising"
-    # down then up is no trend, even though the last value is above the first
-    assert karp_flatt_trend(np.array([np.nan, 0.199, 0.157, 0.216])) == "mixed"
-    assert karp_flatt_trend(np.array([np.nan, 0.2, 0.15, 0.1])) == "falling"
-    sm = fit_strategy("ddp", np.array([4.0, 8.0, 16.0, 32.0]), np.array([40.0, 21.0, 12.0, 8.0]))
-    assert "overhead grows with the worker count" in describe(sm)
+    # the interval from the speedup's: S(4) in [2, 3] -> e in [(1/3 - 1/4)/0.75, (1/2 - 1/4)/0.75]
+    low, high = karp_flatt_interval(np.array([1.0, 4.0]), np.array([1.0, 2.0]), [1.0, 3.0])
+    assert math.isnan(low[0]) and (low[1], high[1]) == pytest.approx((1 / 9, 1 / 3))
+
+
+NAN = np.nan
+
+
+def test_karp_flatt_trends_are_called_only_beyond_their_noise() -> None:
+    e = np.array([NAN, 0.04, 0.06, 0.08])
+    # each interval ±0.005: the steps (0.02) exceed the noise -> rising
+    assert karp_flatt_trend(e, e - 0.005, e + 0.005) == "rising"
+    assert karp_flatt_trend(e[::-1], e[::-1] - 0.005, e[::-1] + 0.005) == "falling"
+    # ±0.015: consecutive intervals overlap, but the first and last do not (0.065 > 0.055)
+    assert karp_flatt_trend(e, e - 0.015, e + 0.015) == "rising"
+    # ±0.03: every pair overlaps -> flat within noise
+    assert karp_flatt_trend(e, e - 0.03, e + 0.03) == "flat"
+    # down then up, each beyond the noise
+    zigzag = np.array([NAN, 0.199, 0.157, 0.216])
+    assert karp_flatt_trend(zigzag, zigzag - 0.01, zigzag + 0.01) == "mixed"
+    # one run somewhere: no interval, no trend called
+    assert karp_flatt_trend(e, e - 0.005, np.array([NAN, 0.045, NAN, 0.085])) == "untested"
+
+
+def test_the_sentence_names_the_bases_and_the_noise() -> None:
+    p, t = np.array([4.0, 8.0, 16.0, 32.0]), np.array([40.0, 21.0, 12.0, 8.0])
+    # e(8) = (21/40 - 1/2)/(1/2) = 0.05, e(16) = (0.3 - 0.25)/0.75 = 0.0667,
+    # e(32) = (0.2 - 0.125)/0.875 = 0.0857
+    sm = fit_strategy("ddp", p, t)
+    sm.speedup_low, sm.speedup_high = 40 / t * 0.99, 40 / t * 1.01  # ±1 %: beyond the noise
+    text = describe(sm)
+    assert "The Karp–Flatt serial fraction against ddp-4 rises beyond its noise" in text
+    assert "(0.050 → 0.067 → 0.086)" in text
+    amdahl = fit_strategy("ddp", p, 100 * (0.05 + 0.95 / p))
+    assert amdahl.chosen == "amdahl"
+    assert "serial fraction 0.0500 of the one-GPU epoch time (extrapolated from 4 GPUs)" in (
+        describe(amdahl)
+    )
+    sm.speedup_low, sm.speedup_high = 40 / t * 0.8, 40 / t * 1.25  # ±25 %: overlapping
+    assert "against ddp-4 is flat within noise (0.050 → 0.067 → 0.086" in describe(sm)
+    sm.speedup_low = sm.speedup_high = None
+    assert "its noise is unknown, so no trend is called" in describe(sm)
+    # a 1-GPU base of another strategy is named as measured
+    q = np.array([1.0, 4.0, 8.0, 16.0])
+    one = fit_strategy("ddp", q, 100 * (0.05 + 0.95 / q), ("nd", 1))
+    assert "of the one-GPU epoch time (measured as nd-1)" in describe(one)
+    assert "against nd-1" in describe(one)
 
 
 def test_refuses_with_too_few_counts_or_a_poor_fit() -> None:
@@ -240,11 +280,21 @@ def test_predictions_never_fall_below_a_measured_input_ceiling() -> None:
     table = pd.DataFrame(
         {"strategy": "ddp", "workers": p.astype(int), "avg_epoch_time_s": 400 * (0.02 + 0.98 / p)}
     )
-    ceiling = {"ddp": Ceiling(workers=32, floor_s=30.0, samples_per_sec=1000.0)}
-    rows = predict(fit_all(table), [16, 64], ceiling).set_index("workers")
+    # the floor measured at 32 workers, its mean's 95 % interval ±4 % over its runs
+    ceiling = {"ddp": Ceiling(32, 30.0, 1000.0, floor_workers=32, rel_half=0.04)}
+    rows = predict(fit_all(table), [16, 32, 64, 128], ceiling).set_index("workers")
     assert rows.loc[16, "avg_epoch_time_s"] == pytest.approx(32.5)
-    assert rows.loc[16, "note"] == ""
+    assert rows.loc[16, "note"] == "" and rows.loc[16, "model"] == "amdahl"
     assert rows.loc[64, "avg_epoch_time_s"] == pytest.approx(30.0)
-    assert rows.loc[64, "low_s"] >= 30.0
     assert rows.loc[64, "note"].startswith("capped by the input pipeline: input-bound from 32")
+    # the cap decides: named so, with the floor's own interval widened by the reach (64 / 32,
+    # 128 / 32): 30 exp(±0.04), 30 exp(±0.08), 30 exp(±0.16)
+    assert set(rows.loc[[32, 64, 128], "model"]) == {"input ceiling"}
+    for w, half in ((32, 0.04), (64, 0.08), (128, 0.16)):
+        assert rows.loc[w, "low_s"] == pytest.approx(30.0 * math.exp(-half))
+        assert rows.loc[w, "high_s"] == pytest.approx(30.0 * math.exp(half))
+    # one run at the floor: no interval to give
+    one = {"ddp": Ceiling(32, 30.0, 1000.0, floor_workers=32)}
+    row = predict(fit_all(table), [64], one).iloc[0]
+    assert row["model"] == "input ceiling" and math.isnan(row["low_s"])
     assert rows.loc[64, "speedup"] == pytest.approx(400 * (0.02 + 0.98 / 4) / 30.0)

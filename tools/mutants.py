@@ -243,6 +243,14 @@ MUTANTS = (
         "if half > 0 and abs(value - line) < 0:",
         ("tests/test_traces_report.py", "tests/test_verdict_truth.py"),
     ),
+    Mutant(
+        "M27",
+        "a capped prediction's interval not widened for extrapolation",
+        "itwin_report/analysis/scaling_models.py",
+        "half = self.rel_half * reach",
+        "half = self.rel_half",
+        ("tests/test_scaling_models.py", "tests/test_prediction_truth.py"),
+    ),
 )
 
 

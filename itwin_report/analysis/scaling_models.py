@@ -14,6 +14,8 @@ it, root-mean-square relative error). A prediction interval at a new worker coun
 coefficients' uncertainty and the residual scatter, ``t(0.975, dof)`` wide, and is never
 narrower than the leave-one-out error scaled by how far the prediction extrapolates (so a model
 that misses its own points by 3 % is not trusted to 0.5 % at four times the largest count).
+A prediction the input ceiling decides is that measured floor, with the floor's own interval
+(over its runs) widened by the same reach, and the model "input ceiling".
 """
 
 from __future__ import annotations
@@ -59,7 +61,14 @@ MODEL_COLUMNS = [
     "chosen",
     *BASE,
 ]
-KARP_FLATT_COLUMNS = ["strategy", "workers", "karp_flatt", *BASE]
+KARP_FLATT_COLUMNS = [
+    "strategy",
+    "workers",
+    "karp_flatt",
+    "karp_flatt_low",
+    "karp_flatt_high",
+    *BASE,
+]
 
 
 def _design(workers: np.ndarray, model: str) -> np.ndarray:
@@ -176,26 +185,40 @@ def karp_flatt(workers: np.ndarray, times: np.ndarray) -> np.ndarray:
     return np.where(n > 1, e, np.nan)
 
 
-KF_STEP = 0.005  # a change of the Karp–Flatt fraction smaller than this is no change
+def karp_flatt_interval(
+    workers: np.ndarray, speedup_low: np.ndarray, speedup_high: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """The 95 % interval of each Karp–Flatt fraction, from its speedup's: ``e`` falls as the
+    speedup grows, so ``(e(S_high), e(S_low))``; NaN at the base or without an interval."""
+    p = np.asarray(workers, dtype=float)
+    n = p / p.min()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        low = (1.0 / np.asarray(speedup_high, float) - 1.0 / n) / (1.0 - 1.0 / n)
+        high = (1.0 / np.asarray(speedup_low, float) - 1.0 / n) / (1.0 - 1.0 / n)
+    return np.where(n > 1, low, np.nan), np.where(n > 1, high, np.nan)
 
 
-def karp_flatt_trend(e: np.ndarray) -> str:
-    """ "rising", "falling", "constant" or "mixed" over the known values, in order.
+def karp_flatt_trend(e: np.ndarray, low: np.ndarray, high: np.ndarray) -> str:
+    """ "rising", "falling", "mixed", "flat" (within noise) or "untested" over the known
+    values, in order.
 
-    Rising (falling) only when no step goes the other way by more than :data:`KF_STEP` and the
-    last value is beyond the first by more than it; constant when all lie within 2 KF_STEP.
+    A change counts only when it exceeds its noise: the later value's 95 % interval lies wholly
+    above (a rise) or below (a fall) the earlier's, for consecutive counts or the first and last.
+    Rising (falling) when some change rises (falls) and none falls (rises); mixed when both; flat
+    when none does; untested when a value has no interval (one run: its noise unknown).
     """
-    vals = e[~np.isnan(e)]
+    known = ~np.isnan(e)
+    vals, lo, hi = e[known], np.asarray(low, float)[known], np.asarray(high, float)[known]
     if len(vals) < 2:
         return ""
-    steps = np.diff(vals)
-    if float(vals.max() - vals.min()) <= 2 * KF_STEP:
-        return "constant"
-    if (steps > -KF_STEP).all() and vals[-1] > vals[0] + KF_STEP:
-        return "rising"
-    if (steps < KF_STEP).all() and vals[-1] < vals[0] - KF_STEP:
-        return "falling"
-    return "mixed"
+    if np.isnan(lo).any() or np.isnan(hi).any():
+        return "untested"
+    pairs = [(i, i + 1) for i in range(len(vals) - 1)] + [(0, len(vals) - 1)]
+    up = any(lo[j] > hi[i] for i, j in pairs)
+    down = any(hi[j] < lo[i] for i, j in pairs)
+    if up and down:
+        return "mixed"
+    return "rising" if up else "falling" if down else "flat"
 
 
 @dataclass
@@ -209,6 +232,15 @@ class StrategyModels:
     chosen: str | None
     why: str
     base: tuple[str, int] | None = None  # the base configuration (the smallest point)
+    speedup_low: np.ndarray | None = None  # the speedups' 95 % intervals, per point
+    speedup_high: np.ndarray | None = None
+
+    def karp_flatt(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(e, low, high): the Karp–Flatt fractions and their 95 % intervals (NaN unknown)."""
+        e = karp_flatt(self.workers, self.times)
+        if self.speedup_low is None or self.speedup_high is None:
+            return e, np.full_like(e, np.nan), np.full_like(e, np.nan)
+        return e, *karp_flatt_interval(self.workers, self.speedup_low, self.speedup_high)
 
 
 def fit_strategy(
@@ -245,20 +277,24 @@ def fit_strategy(
 
 
 def describe(sm: StrategyModels) -> str:
-    """A plain sentence: which model fits and what it means."""
-    kf = karp_flatt(sm.workers, sm.times)
-    known = kf[~np.isnan(kf)]
-    path = " → ".join(f"{v:.3f}" for v in known)
+    """A plain sentence: which model fits and what it means, each fraction with its base."""
+    e, low, high = sm.karp_flatt()
+    path = " → ".join(f"{v:.3f}" for v in e[~np.isnan(e)])
+    base = _base(sm)
+    against = (
+        f"The Karp–Flatt serial fraction against {base['base_strategy']}-{base['base_workers']}"
+    )
     trend = {
-        "rising": f" The Karp–Flatt serial fraction rises ({path}): overhead grows with the "
-        "worker count (communication, synchronisation), not a fixed serial part.",
-        "falling": f" The Karp–Flatt serial fraction falls ({path}): the base pays overheads "
-        "that larger counts share.",
-        "constant": f" The Karp–Flatt serial fraction stays roughly constant ({path}): a fixed "
-        "serial part.",
-        "mixed": f" The Karp–Flatt serial fraction moves without a clear trend ({path}).",
+        "rising": f" {against} rises beyond its noise ({path}): overhead grows with the worker "
+        "count (communication, synchronisation), not a fixed serial part.",
+        "falling": f" {against} falls beyond its noise ({path}): the base pays overheads that "
+        "larger counts share.",
+        "flat": f" {against} is flat within noise ({path}; the 95 % intervals overlap).",
+        "mixed": f" {against} moves beyond its noise without a clear trend ({path}).",
+        "untested": f" {against} is {path}; with one run at some count its noise is unknown, so "
+        "no trend is called.",
         "": "",
-    }[karp_flatt_trend(kf)]
+    }[karp_flatt_trend(e, low, high)]
     if sm.chosen is None:
         return f"{sm.strategy}: no scaling model fitted ({sm.why}).{trend}"
     f = sm.fits[sm.chosen]
@@ -277,17 +313,21 @@ def describe(sm: StrategyModels) -> str:
     else:
         limit = 1.0 / f.serial_fraction if f.serial_fraction > 0 else math.inf
         bound = f"speedup over one GPU is bounded by {limit:.0f}x" if math.isfinite(limit) else ""
+        one = f"{base['base_strategy']}-1" if base["base_workers"] == 1 else ""
+        of = f"measured as {one}" if one else f"extrapolated from {f.workers.min():g} GPUs"
         text = (
             f"{sm.strategy}: Amdahl's law fits best ({quality}); serial fraction "
-            f"{f.serial_fraction:.4f}" + (f", so {bound}." if bound else ".")
+            f"{f.serial_fraction:.4f} of the one-GPU epoch time ({of})"
+            + (f", so {bound}." if bound else ".")
         )
     return text + trend
 
 
 def config_means(
     epoch_time: pd.DataFrame, exclude: set[tuple[str, int]] | None = None
-) -> dict[str, tuple[np.ndarray, np.ndarray, tuple[str, int] | None]]:
-    """Per strategy: (workers, mean epoch time, base) of its rows with a positive time.
+) -> dict[str, tuple[np.ndarray, np.ndarray, tuple[str, int] | None, np.ndarray, np.ndarray]]:
+    """Per strategy: (workers, mean epoch time, base, speedup interval low, high) of its rows
+    with a positive time (the intervals NaN where the table has none; 1 at the base).
 
     The base configuration's point is included when it belongs to another strategy (the
     single-GPU run), so models, Karp–Flatt and predictions use the table's own base.
@@ -300,6 +340,16 @@ def config_means(
         (str(s), int(w)): float(t)
         for s, w, t in zip(
             usable["strategy"], usable["workers"], usable["avg_epoch_time_s"], strict=True
+        )
+    }
+    cis = {
+        (str(s), int(w)): (float(lo), float(hi))
+        for s, w, lo, hi in zip(
+            usable["strategy"],
+            usable["workers"],
+            usable.get("speedup_ci_low", pd.Series(math.nan, index=usable.index)),
+            usable.get("speedup_ci_high", pd.Series(math.nan, index=usable.index)),
+            strict=True,
         )
     }
     for strategy, group in usable.groupby("strategy", sort=True):
@@ -315,10 +365,16 @@ def config_means(
         if base is not None and base in times:
             pts[base[1]] = times[base]
         order = sorted(pts)
+        ci = [
+            (1.0, 1.0) if base is not None and w == base[1] else cis[str(strategy), w]
+            for w in order
+        ]
         out[str(strategy)] = (
             np.array(order, dtype=float),
             np.array([pts[w] for w in order], dtype=float),
             base,
+            np.array([c[0] for c in ci], dtype=float),
+            np.array([c[1] for c in ci], dtype=float),
         )
     return out
 
@@ -327,11 +383,13 @@ def fit_all(
     epoch_time: pd.DataFrame, exclude: set[tuple[str, int]] | None = None
 ) -> list[StrategyModels]:
     """Fit every strategy of the epoch-time table that ran more than one worker count."""
-    return [
-        fit_strategy(s, p, t, base)
-        for s, (p, t, base) in config_means(epoch_time, exclude).items()
-        if (p > 1).any()
-    ]
+    out = []
+    for s, (p, t, base, low, high) in config_means(epoch_time, exclude).items():
+        if (p > 1).any():
+            sm = fit_strategy(s, p, t, base)
+            sm.speedup_low, sm.speedup_high = low, high
+            out.append(sm)
+    return out
 
 
 def models_table(models: list[StrategyModels]) -> pd.DataFrame:
@@ -361,10 +419,11 @@ def karp_flatt_table(models: list[StrategyModels]) -> pd.DataFrame:
     """Karp–Flatt serial fraction per strategy and worker count (base count left out)."""
     rows = []
     for sm in models:
-        e = karp_flatt(sm.workers, sm.times)
-        for w, v in zip(sm.workers, e, strict=True):
+        e, low, high = sm.karp_flatt()
+        for w, v, lo, hi in zip(sm.workers, e, low, high, strict=True):
             if not math.isnan(v):
                 row = {"strategy": sm.strategy, "workers": int(w), "karp_flatt": float(v)}
+                row |= {"karp_flatt_low": float(lo), "karp_flatt_high": float(hi)}
                 rows.append({**row, **_base(sm)})
     frame = pd.DataFrame(rows, columns=KARP_FLATT_COLUMNS)
     return frame.astype({"workers": "int64"}) if len(frame) else frame
@@ -377,11 +436,22 @@ def _base(sm: StrategyModels) -> dict:
 
 @dataclass(frozen=True)
 class Ceiling:
-    """An input ceiling measured for a strategy: from ``workers`` on, epoch time >= ``floor_s``."""
+    """An input ceiling measured for a strategy: from ``workers`` on, epoch time >= ``floor_s``,
+    the mean epoch time measured at ``floor_workers``; ``rel_half``: the half-width of that
+    mean's 95 % interval over its runs, relative to it (NaN with one run)."""
 
     workers: int
     floor_s: float
     samples_per_sec: float
+    floor_workers: int = 0
+    rel_half: float = math.nan
+
+    def interval(self, workers: float) -> tuple[float, float]:
+        """The floor's 95 % interval at ``workers``: its own, widened in proportion to how far
+        beyond the measured count it reaches (as a fit's leave-one-out error is)."""
+        reach = max(1.0, float(workers) / max(self.floor_workers, self.workers, 1))
+        half = self.rel_half * reach
+        return self.floor_s * math.exp(-half), self.floor_s * math.exp(half)
 
 
 def predict(
@@ -428,13 +498,14 @@ def _one_prediction(sm: StrategyModels, w: float, cap: Ceiling | None) -> dict:
     capped = cap is not None and w >= cap.workers
     if sm.chosen is None:
         if cap is not None and capped:
-            return _answer(INPUT_CEILING, cap.floor_s, nan, nan, note)
+            return _answer(INPUT_CEILING, cap.floor_s, *cap.interval(w), note)
         return _answer(None, nan, nan, nan, f"no scaling model: {sm.why}")
     f = sm.fits[sm.chosen]
     t, low, high = f.interval(w)
     if cap is not None and (capped or t < cap.floor_s):
-        floor = cap.floor_s
-        return _answer(f.model, max(t, floor), max(low, floor), max(high, floor), note)
+        if t <= cap.floor_s:  # the cap decides: its value, its interval, its name
+            return _answer(INPUT_CEILING, cap.floor_s, *cap.interval(w), note)
+        return _answer(f.model, t, max(low, cap.interval(w)[0]), high, note)
     if not t > 0:
         return _answer(None, nan, nan, nan, f"the {f.model} fit gives no positive epoch time")
     return _answer(f.model, t, low, high, "")

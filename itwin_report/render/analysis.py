@@ -204,11 +204,19 @@ def interval_rows(report: Report) -> tuple[list[str], list[list[str]]]:
 
 
 def karp_flatt_rows(report: Report) -> tuple[list[str], list[list[str]]]:
-    headers = ["Strategy", "Workers", "Karp–Flatt serial fraction"]
+    headers = ["Strategy", "Workers", "Karp–Flatt serial fraction", "95 % interval", "Base"]
     rows = []
     if report.analysis is not None:
         for r in _records(report.analysis.karp_flatt):
-            rows.append([str(r["strategy"]), str(r["workers"]), _fmt(r["karp_flatt"], ".4f")])
+            rows.append(
+                [
+                    str(r["strategy"]),
+                    str(r["workers"]),
+                    _fmt(r["karp_flatt"], ".4f"),
+                    interval_text(r["karp_flatt_low"], r["karp_flatt_high"], ".4f"),
+                    f"{r['base_strategy']}-{r['base_workers']}",
+                ]
+            )
     return headers, rows
 
 

@@ -4,7 +4,10 @@ Every strategy gets one base configuration, ``(base_strategy, base_workers)``:
 
 * ``auto`` and ``single-gpu``: when a 1-worker configuration has epoch times, every strategy is
   measured against it (a strategy's own 1-worker row first, else the ``non-distributed`` one,
-  else the first 1-worker strategy by name);
+  else the first 1-worker strategy by name); under ``auto``, never when the strategy's runs and
+  the single-GPU run's say they train different things (their ``batch_size`` differs, or their
+  ``samples_per_epoch`` differ both in total and per worker): such a strategy keeps its own
+  smallest count, with a note (under ``single-gpu`` the base is shared, with a note);
 * ``per-strategy`` (and ``auto`` without a single-GPU run): the strategy's smallest worker count
   with epoch times.
 
@@ -76,17 +79,47 @@ def _single_gpu(strategies: np.ndarray, workers: np.ndarray, usable: np.ndarray)
     return (NON_DISTRIBUTED if NON_DISTRIBUTED in ones else ones[0], 1)
 
 
+Params = dict[Config, tuple[float, float]]  # per configuration: (batch_size, samples_per_epoch)
+
+
+def model_params(runs: pd.DataFrame) -> Params:
+    """Per configuration: the batch size and samples per epoch its runs logged (NaN unknown;
+    the first known value of its runs)."""
+    columns = ["batch_size", "samples_per_epoch"]
+    first = runs.groupby(["strategy", "workers"], sort=True)[columns].first()  # first known
+    return {
+        (str(s), int(w)): (float(batch), float(samples))
+        for (s, w), (batch, samples) in zip(first.index, first.to_numpy(float), strict=True)
+    }
+
+
+def differ(params: Params, a: Config, b: Config) -> str:
+    """Why the runs of ``a`` and ``b`` train different things ("" when nothing says so): a
+    different batch size per worker, or samples per epoch that differ both in total (strong
+    scaling keeps them) and per worker (weak scaling keeps those)."""
+    nan = (np.nan, np.nan)
+    (batch_a, samples_a), (batch_b, samples_b) = params.get(a, nan), params.get(b, nan)
+    if batch_a == batch_a and batch_b == batch_b and batch_a != batch_b:
+        return f"batch_size {batch_a:g} vs {batch_b:g}"
+    known = samples_a == samples_a and samples_b == samples_b
+    if known and samples_a != samples_b and not np.isclose(samples_a / a[1], samples_b / b[1]):
+        return f"samples_per_epoch {samples_a:g} vs {samples_b:g}"
+    return ""
+
+
 def decide(
     table: pd.DataFrame,
     value: str,
     baseline: str = AUTO,
     all_configs: list[Config] | None = None,
     what: str = "",
+    params: Params | None = None,
 ) -> tuple[Baseline, list[str]]:
     """The base of every strategy of ``table`` (rows with a positive ``value``), and notes.
 
     A strategy whose smallest configuration in ``all_configs`` has no usable value is named in
-    a note (its base moved up).
+    a note (its base moved up). ``params`` (:func:`model_params`): under ``auto`` a strategy
+    whose params differ from the single-GPU run's keeps its own base, with a note.
     """
     choice("baseline", baseline)
     strategies = table["strategy"].astype(str).to_numpy(dtype=object)
@@ -106,7 +139,10 @@ def decide(
         if not len(valid):
             continue
         own = (strategy, int(workers[valid].min()))
-        if ref is not None and own[1] != 1:
+        why = differ(params or {}, own, ref) if ref is not None and own[1] != 1 else ""
+        if why and ref is not None:
+            notes.append(_differ_note(strategy, own, ref, why, baseline == AUTO))
+        if ref is not None and own[1] != 1 and not (why and baseline == AUTO):
             bases.append((strategy, ref))
             continue
         bases.append((strategy, own))
@@ -119,6 +155,15 @@ def decide(
                 )
     mode = SINGLE_GPU if ref is not None else PER_STRATEGY
     return Baseline(mode, ref, tuple(bases)), notes
+
+
+def _differ_note(strategy: str, own: Config, ref: Config, why: str, kept: bool) -> str:
+    head = f"{strategy}: its params differ from the single-GPU run's ({label(*ref)}: {why})"
+    if not kept:
+        return f"{head}, yet --baseline single-gpu measures it against that run"
+    return (
+        f"{head}: no shared base; its speedup and efficiency are against its own {own[1]} workers"
+    )
 
 
 def apply(

@@ -5,9 +5,10 @@ from __future__ import annotations
 from math import nan
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
-from itwin_report.analysis.intervals import fastest_lines
+from itwin_report.analysis.intervals import fastest_lines, mean_interval, run_groups
 from itwin_report.analysis.scaling_mode import decide, weak_efficiency
 from itwin_report.analysis.scaling_models import (
     Ceiling,
@@ -172,11 +173,15 @@ def efficiency_gap(epoch: pd.DataFrame, throughput: pd.DataFrame) -> str:
 
 
 def input_ceilings(
-    epoch: pd.DataFrame, throughput: pd.DataFrame, samples: dict[str, float] | None = None
+    epoch: pd.DataFrame,
+    throughput: pd.DataFrame,
+    samples: dict[str, float] | None = None,
+    runs: pd.DataFrame | None = None,
 ) -> dict[str, Ceiling]:
     """Per strategy with an input-bound configuration: from its smallest input-bound worker
-    count on, the epoch time cannot drop below the fastest measured there. The ceiling's rate
-    is samples per epoch / that time (NaN when the samples per epoch are unknown)."""
+    count on, the epoch time cannot drop below the fastest measured there, with that mean's
+    95 % interval over its ``runs`` (the run means). The ceiling's rate is samples per epoch /
+    that time (NaN when the samples per epoch are unknown)."""
     out: dict[str, Ceiling] = {}
     if throughput.empty:
         return out
@@ -188,7 +193,14 @@ def input_ceilings(
         if times.empty:
             continue
         floor = float(times.min())
-        out[str(strategy)] = Ceiling(start, floor, (samples or {}).get(str(strategy), nan) / floor)
+        at = int(
+            mine["workers"].to_numpy()[int(np.nanargmin(mine["avg_epoch_time_s"].to_numpy(float)))]
+        )
+        rate = (samples or {}).get(str(strategy), nan) / floor
+        groups = run_groups(runs) if runs is not None else {}
+        mean, low, _ = mean_interval(groups.get((str(strategy), at), np.empty(0)))
+        half = (mean - low) / mean if mean > 0 else nan
+        out[str(strategy)] = Ceiling(start, floor, rate, at, half)
     return out
 
 
@@ -206,7 +218,7 @@ def analyse(
     Input-bound configurations are left out of the fits (their time is the input pipeline's,
     not the model's) and bound the predictions from below.
     """
-    ceilings = input_ceilings(epoch, throughput, samples) if mode == "strong" else {}
+    ceilings = input_ceilings(epoch, throughput, samples, runs) if mode == "strong" else {}
     bound = {(s, c.workers) for s, c in ceilings.items()}
     exclude = {
         (str(s), int(w))
@@ -237,9 +249,11 @@ def analyse(
 def _baseline_notes(epoch: Baseline, throughput: Baseline, has_throughput: bool) -> list[str]:
     """One line saying what speedup is measured against, when it is the single-GPU run."""
     notes = []
+    own = [s for s, (_, w) in epoch.bases if w != 1]
     if epoch.reference is not None:
+        who = "every strategy are" if not own else f"every strategy but {', '.join(own)} are"
         notes.append(
-            f"speedup and efficiency of every strategy are against {epoch.describe()}; "
+            f"speedup and efficiency of {who} against {epoch.describe()}; "
             "--baseline per-strategy measures each strategy against its own smallest count"
         )
     if has_throughput and throughput != epoch:

@@ -56,7 +56,14 @@ def epoch_time_table(
         )
     table = finish(rows, COLUMNS[:6])
     configs = configurations(data.runs)
-    used, notes = base_rule.decide(table, "avg_epoch_time_s", baseline, configs, "epoch times")
+    used, notes = base_rule.decide(
+        table,
+        "avg_epoch_time_s",
+        baseline,
+        configs,
+        "epoch times",
+        base_rule.model_params(data.runs),
+    )
     table, more = base_rule.apply(table, "avg_epoch_time_s", False, used)
     warnings.extend(notes + more)
     table = add_intervals(table, run_means_table(data, warmup_epochs))
