@@ -25,6 +25,9 @@ plt.rcParams["font.size"] = 13.0
 logging.basicConfig(level=logging.INFO, format="host %(message)s")
 logging.getLogger("mlflow").setLevel(logging.DEBUG)  # the host asked MLflow to say everything
 warnings.simplefilter("default")
+# urllib3 and requests add warning filters of their own when first imported, in any program; a
+# host that talks to MLflow has imported them already (what they do on import is theirs)
+import requests  # noqa: E402, F401
 
 
 def _loggers() -> dict[str, Any]:

@@ -4,13 +4,16 @@ environment, the SIGINT and SIGTERM handlers, the logging configuration, matplot
 and backend, the warning filters or the working folder changed, on success or on any error path.
 
 Run in a fresh interpreter (tests/host_process_probe.py), so first imports count too, with a
-host that chose its own matplotlib backend, rcParams, logging and warning filters.
+host that chose its own matplotlib backend, rcParams, logging and warning filters. Over HTTP a
+failed load with a token in its URI leaves no MLFLOW_TRACKING_TOKEN (nor MLFLOW_HTTP_REQUEST_*)
+behind, which the next load of another server would send.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -52,8 +55,13 @@ def test_every_entry_point_leaves_the_host_as_it_found_it(
     side = tmp_path / "side.json"
     side.write_text(json.dumps(SIDE))
     missing = f"sqlite:///{tmp_path / 'missing.db'}"
+    with socket.socket() as sock:  # closed when the block ends: nobody listens there
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    # a token in the URI of a server that fails: it must not stay in the environment
+    server = f"http://127.0.0.1:{port}/?token=s3cr3t-token"
     args = [scaling_sqlite[0], "scaling", scaling_file_store[0], str(tmp_path / "traces"),
-            str(side), missing]  # fmt: skip
+            str(side), missing, server]  # fmt: skip
     got = _probe(args, tmp_path)
     outcomes = {name: call["outcome"].split(":")[0] for name, call in got.items()}
     assert outcomes == {
@@ -74,7 +82,8 @@ def test_every_entry_point_leaves_the_host_as_it_found_it(
         "to_json": "ok",
         "compare": "ok",
         "compare with a bad argument": "BadOption",
-        "compare a missing file": "ReportError",
+        "compare a missing file": "DataError",
+        "load a failing server 0": "StoreError",
     }
     changed = {name: call["changed"] for name, call in got.items() if call["changed"]}
     assert changed == {}
