@@ -267,15 +267,22 @@ def compare(
     *,
     max_regression: float = 0.05,
     allow_missing: bool = False,
+    metrics: str | list[str] | None = None,
 ) -> Comparison:
     """Compare two reports (built reports, JSON objects, or saved ``--format json`` files).
 
-    ``result.table`` has one row per configuration and metric; ``compare.gate_error(result)``
-    is the error the ``compare`` command would exit with (None when it passes).
+    ``metrics``: what is compared and gated, as ``--metrics`` takes it (``"epoch-time,energy"``
+    or a list of those names); None: all. ``result.table`` has one row per configuration and
+    metric, ``result.overall`` each metric's mean change over the configurations;
+    ``compare.gate_error(result)`` is the error the ``compare`` command would exit with (None
+    when it passes).
     """
     from itwin_report import options
-    from itwin_report.analysis.comparison import compare_sides
+    from itwin_report.analysis.comparison import compare_sides, pick_metrics
 
     threshold = options.number("max_regression", max_regression)
     missing = options.boolean("allow_missing", allow_missing)
-    return compare_sides(_side(baseline, "BASELINE"), _side(current, "CURRENT"), threshold, missing)
+    picked = pick_metrics(metrics)  # checked before anything is read
+    return compare_sides(
+        _side(baseline, "BASELINE"), _side(current, "CURRENT"), threshold, missing, picked
+    )

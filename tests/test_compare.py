@@ -45,9 +45,9 @@ def _report(
     energy: float = 2.0,
     eff_ci: list[float] | None = None,
 ) -> dict[str, Any]:
-    """A JSON report with one configuration, ddp on 8 workers."""
+    """A JSON report with one configuration, ddp on 8 workers (3 runs, or those given)."""
     epoch = {"strategy": "ddp", "workers": 8, "avg_epoch_time_s": time, "efficiency": efficiency}
-    epoch["efficiency_ci"] = eff_ci
+    epoch["efficiency_ci"], epoch["runs"] = eff_ci, len(runs or [0, 0, 0])
     return {
         "epoch_time": [epoch],
         "throughput": [{"strategy": "ddp", "workers": 8, "samples_per_sec": throughput}],
@@ -65,28 +65,32 @@ def _row(table: Any, metric: str) -> dict[str, Any]:
 
 def test_identical_reports_have_no_change() -> None:
     side = side_from_dict(_report(runs=[9.8, 10.2]), "a")
-    table = compare(side, side)
+    result = compare_sides(side, side)
+    table = result.table
     assert len(table) == 4
     assert (table["change"] == 0).all()
     assert not table["regression"].any()
-    assert regressions(table) == []
+    assert regressions(result) == []
 
 
 def test_slower_epochs_beyond_threshold_and_noise() -> None:
     base = side_from_dict(_report(10.0, [9.9, 10.0, 10.1]), "base")
     slow = side_from_dict(_report(11.0, [10.9, 11.0, 11.1]), "cur")
-    table = compare(base, slow)
-    row = _row(table, "epoch_time")
+    result = compare_sides(base, slow)
+    row = _row(result.table, "epoch_time")
     assert row["change"] == pytest.approx(0.10)
     assert row["noise_test"] == "welch" and row["beyond_noise"]
-    assert regressions(table) == ["ddp-8 epoch time (+10.0%)"]
+    assert result.family_size == 1  # only epoch time has per-run values here
+    [found] = regressions(result)
+    assert found.startswith("ddp-8 epoch time (+10.0%, welch p=") and found.endswith("<= 0.05)")
 
 
 def test_a_change_within_noise_is_no_regression() -> None:
     base = side_from_dict(_report(10.0, [7.0, 10.0, 13.0]), "base")
     noisy = side_from_dict(_report(11.0, [8.0, 11.0, 14.0]), "cur")
     row = _row(compare(base, noisy), "epoch_time")
-    assert row["worse"] and row["beyond_noise"] is False and not row["regression"]
+    assert row["worse"] and not row["regression"]
+    assert row["beyond_noise"] is not None and not row["beyond_noise"]
 
 
 def test_threshold_alone_without_per_run_values() -> None:
@@ -100,11 +104,17 @@ def test_threshold_alone_without_per_run_values() -> None:
     assert not compare(base, cur, max_regression=0.2)["regression"].any()
 
 
-def test_efficiency_intervals_decide_noise() -> None:
+def test_efficiency_intervals_decide_noise_without_runs() -> None:
+    """Without per-run epoch times the efficiency's own interval (3 runs: t(0.975, 2)) gives
+    each side's standard error on the log scale."""
     base = side_from_dict(_report(efficiency=0.8, eff_ci=[0.7, 0.9]), "b")
-    overlapping = side_from_dict(_report(efficiency=0.7, eff_ci=[0.6, 0.8]), "c")
+    near = side_from_dict(_report(efficiency=0.75, eff_ci=[0.65, 0.85]), "c")
     separate = side_from_dict(_report(efficiency=0.5, eff_ci=[0.45, 0.55]), "d")
-    assert not _row(compare(base, overlapping), "epoch_time_efficiency")["regression"]
+    row = _row(compare(base, near), "epoch_time_efficiency")
+    assert row["noise_test"] == "welch-intervals" and row["worse"] and not row["regression"]
+    se = [math.log(hi / lo) / 2 / 4.302652729911275 for lo, hi in ((0.7, 0.9), (0.65, 0.85))]
+    t = math.log(0.8 / 0.75) / math.hypot(*se)
+    assert 1.4 < t < 1.6 and row["p_value"] > 0.05  # one-sided p of t = 1.5 on ~4 df: 0.1
     assert _row(compare(base, separate), "epoch_time_efficiency")["regression"]
 
 
@@ -115,11 +125,15 @@ def test_formats() -> None:
     md = render_comparison(result, "markdown")
     assert "base\\|x" in md and "| ddp-8 | Epoch time | 10.00 s | 12.00 s | +20.0% |" in md
     assert "| ddp-8 | Efficiency (epoch time) | 80.0 % | 80.0 % | +0.0% |" in md
-    assert "**Regression beyond 5% and noise: ddp-8 epoch time (+20.0%)" in md
+    assert (
+        "**Regression beyond 5% (one-sided Welch t-tests; Holm–Bonferroni over 1 tests holds "
+        "the false-alarm rate at 5%): ddp-8 epoch time (+20.0%, welch p=" in md
+    )
     plain = render_comparison(result, "table")
     assert "REGRESSION" in plain and "\x1b" not in plain
     data = strict_json(render_comparison(result, "json"))
-    assert data["regressions"] == ["ddp-8 epoch time (+20.0%)"]
+    assert data["regressions"][0].startswith("ddp-8 epoch time (+20.0%, welch p=")
+    assert data["family_size"] == 1 and data["family_alpha"] == 0.05
     assert (
         {r["metric"] for r in data["comparison"]}
         == set(data["metrics"])
@@ -189,8 +203,9 @@ def test_identical_and_reseeded_runs_are_no_regression(analysis_store: tuple[str
     assert same.exit_code == 0, same.output
     assert (
         "No regression beyond 5% and noise in epoch time, epoch-time efficiency, throughput and "
-        "energy per epoch." in same.stdout
+        "energy per epoch (one-sided Welch t-tests; Holm–Bonferroni over " in same.stdout
     )
+    assert "no noise test" not in same.stdout  # three runs a side: every row is tested
     reseeded = _invoke("compare", base, "reseeded", "--tracking-uri", uri, "-q")
     assert reseeded.exit_code == 0, reseeded.output
     assert "REGRESSION" not in reseeded.output
@@ -201,7 +216,7 @@ def test_slowed_emulation_is_a_regression(analysis_store: tuple[str, Path]) -> N
     base = str(_save_base(uri, root))
     result = _invoke("compare", base, "slowed", "--tracking-uri", uri, "-q", "--format", "markdown")
     assert result.exit_code == 4
-    assert result.stderr.startswith("Error: regression beyond 5% and noise: ")
+    assert result.stderr.startswith("Error: regression beyond 5%: ")
     for workers in (8, 16, 32):
         assert f"torch-ddp-{workers} epoch time (+" in result.stderr
     assert "torch-ddp-4 epoch time" not in result.stderr  # one node: no inter-node link
@@ -328,7 +343,11 @@ def test_older_and_newer_efficiency_keys_are_both_read() -> None:
     assert (
         a.values["epoch_time_efficiency"] == b.values["epoch_time_efficiency"] == {("ddp", 8): 0.8}
     )
-    assert a.efficiency_ci == b.efficiency_ci == {("ddp", 8): (0.7, 0.9)}
+    assert (
+        a.intervals["epoch_time_efficiency"]
+        == b.intervals["epoch_time_efficiency"]
+        == {("ddp", 8): (0.7, 0.9, 3)}
+    )
 
 
 @pytest.mark.parametrize(
@@ -405,8 +424,9 @@ def test_a_regression_and_a_missing_configuration_are_named_together() -> None:
     error = gate_error(compare_sides(base, side_from_dict(slow, "cur")))
     assert isinstance(error, RegressionFound)
     assert str(error) == (
-        "regression beyond 5% and noise: ddp-4 epoch time (+50.0%); the current report lacks "
-        "1 configuration(s) of the baseline: ddp-8 (pass --allow-missing to compare the others)"
+        "regression beyond 5%: ddp-4 epoch time (+50.0%, threshold alone: one run on a side); "
+        "the current report lacks 1 configuration(s) of the baseline: ddp-8 "
+        "(pass --allow-missing to compare the others)"
     )
 
 
@@ -498,7 +518,7 @@ def test_json_output_is_strict_and_names_what_it_compares(tmp_path: Path) -> Non
     result = _invoke("compare", odd, base, "--format", "json", "-o", str(out))
     assert result.exit_code == 0, result.output
     doc = strict_json(out.read_text())
-    assert doc["summary"][0].startswith("No regression beyond 5% and noise in epoch time")
+    assert doc["summary"][0].startswith("No regression beyond 5% in epoch time")
     assert {r["metric"] for r in doc["comparison"]} == {
         "epoch_time", "epoch_time_efficiency", "throughput", "energy_per_epoch",
     }  # fmt: skip

@@ -66,6 +66,8 @@ def hand_report() -> Report:
             "workers": [4, 8],
             "runs": [2, 1],
             "samples_per_sec": [400.0, 640.0],
+            "samples_per_sec_ci_low": [380.0, NAN],  # two runs: an interval; one run: none
+            "samples_per_sec_ci_high": [420.0, NAN],
             "samples_per_sec_per_gpu": [100.0, 80.0],
             "speedup": [1.0, 1.6],
             "efficiency": [1.0, 0.8],
@@ -172,6 +174,7 @@ def test_one_definition_per_table() -> None:
         keys += {
             "epoch_time": ["epoch_time_speedup_ci", "epoch_time_efficiency_ci"],
             "gpu": ["energy_wh_per_epoch_ci", "gpu_hours_per_epoch_ci"],
+            "throughput": ["samples_per_sec_ci"],
         }.get(spec.name, [])
         for row in obj[spec.name]:
             assert list(row) == keys

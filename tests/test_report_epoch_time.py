@@ -7,7 +7,8 @@ import math
 import pytest
 from test_report_builders import make_data, metric, run
 
-from itwin_report.report import below_efficiency, build_report
+from itwin_report.report import build_report
+from itwin_report.report.gate import evaluate
 from itwin_report.util.errors import ReportError
 
 E = "epoch_time_s"
@@ -77,11 +78,14 @@ def test_missing_epoch_data_warns_and_base_is_smallest_with_data() -> None:
     assert list(report.epoch_time["efficiency"]) == [1.0, 1.0]
 
 
-def test_below_efficiency_and_bad_warmup() -> None:
+def test_the_efficiency_gate_and_bad_warmup() -> None:
     report = build_report(two_configs(), warmup_epochs=0)
-    # efficiencies 1.0 and 0.8
-    assert list(below_efficiency(report, 0.9)["workers"]) == [8]
-    assert below_efficiency(report, 0.8).empty
+    # efficiencies 1.0 and 0.8: below 0.9 is ddp-8; 0.8 itself is not below 0.8
+    assert evaluate(report, 0.9).below == ["ddp-8 (0.80)"]
+    assert evaluate(report, 0.8).passed
+    report.epoch_time.loc[report.epoch_time["workers"] == 8, "efficiency"] = float("nan")
+    unknown = evaluate(report, 0.5)  # no efficiency is never a pass
+    assert unknown.unknown == ["ddp-8"] and not unknown.passed
     with pytest.raises(ReportError):
         build_report(two_configs(), warmup_epochs=-1)
 

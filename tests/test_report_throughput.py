@@ -136,6 +136,28 @@ def test_epoch_source_and_one_source_per_strategy() -> None:
     assert "no throughput for ddp with 8 workers: no performance.json" in forced.warnings
 
 
+def test_throughput_interval_from_the_runs() -> None:
+    # three ddp-4 jobs of 1200 samples per epoch, epochs after warm-up of 12, 10 and 15 s:
+    # 100, 120 and 80 samples/s, mean 100, s = 20; 95 % interval 100 +- t(0.975, 2) * 20 / sqrt(3)
+    runs = [run(j.lower(), j, "ddp", 4, samples_per_epoch=1200) for j in "ABC"]
+    runs.append(run("d", "D", "ddp", 8, samples_per_epoch=1200))
+    metrics = (
+        metric("a", E, [30, 12, 12])
+        + metric("b", E, [30, 10, 10])
+        + metric("c", E, [30, 15, 15])
+        + metric("d", E, [30, 6, 6])
+    )
+    table = build_report(make_data(runs, metrics)).throughput
+    half = 4.302652729911275 * 20 / math.sqrt(3)
+    four, eight = table.iloc[0], table.iloc[1]
+    assert four["samples_per_sec"] == pytest.approx(100.0)
+    assert four["samples_per_sec_ci_low"] == pytest.approx(100 - half)
+    assert four["samples_per_sec_ci_high"] == pytest.approx(100 + half)
+    assert math.isnan(eight["samples_per_sec_ci_low"]) and math.isnan(
+        eight["samples_per_sec_ci_high"]
+    )
+
+
 def test_verdict_rule_cases() -> None:
     nan = math.nan
     # input-bound: 38% of estimate, GPU idle 55% > collectives 9%, flags 8/8

@@ -251,6 +251,22 @@ MUTANTS = (
         "half = self.rel_half",
         ("tests/test_scaling_models.py", "tests/test_prediction_truth.py"),
     ),
+    Mutant(
+        "M28",
+        "compare weighs each test alone: Holm's step-down dropped from the family",
+        "itwin_report/analysis/significance.py",
+        "threshold = alpha / (m - k)",
+        "threshold = alpha",
+        ("tests/test_compare_noise.py",),
+    ),
+    Mutant(
+        "M29",
+        "the mean change over the configurations weighed with one configuration's variance each",
+        "itwin_report/analysis/noise_tests.py",
+        "mean.terms = [(c / k, key, cell) for r in tested for c, key, cell in r.terms]",
+        "mean.terms = [(c, key, cell) for r in tested for c, key, cell in r.terms]",
+        ("tests/test_compare_noise.py",),
+    ),
 )
 
 

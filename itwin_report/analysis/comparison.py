@@ -5,15 +5,15 @@ reduced to the same :class:`Side`. Every number read from a side must lie in the
 loader accepts for it (:mod:`itwin_report.data.validate`); a value outside is left out with a
 warning.
 
-What is compared, per configuration (strategy, workers): the mean epoch time, the parallel
-efficiency computed from epoch time (the epoch-time table's, not the throughput table's), the
-throughput in samples/s and the GPU energy per epoch. A change is a *regression* when it is for
-the worse by more than ``max_regression`` (relative) and, where per-run values exist, beyond
-noise:
-
-* epoch time: Welch's t-test on the per-run mean epoch times (``|t| > t(0.975, df)``);
-* epoch-time efficiency: the two 95 % intervals do not overlap;
-* throughput and energy per epoch: no per-run values are kept, the threshold alone decides.
+What is compared, per configuration (strategy, workers), among the metrics picked (all by
+default): the mean epoch time, the parallel efficiency computed from epoch time (the epoch-time
+table's, not the throughput table's), the throughput in samples/s and the GPU energy per epoch.
+A change is a *regression* when it is for the worse by more than ``max_regression`` (relative)
+and beyond noise: every row whose sides have two runs or more gets a one-sided Welch t-test
+(:mod:`itwin_report.analysis.noise_tests`), each metric a test of its mean change over the
+configurations too, and Holm–Bonferroni over all of them holds the comparison's false-alarm
+rate at 5 %. A row without a noise test (one run on a side) is decided by the threshold alone,
+and says so.
 
 A configuration of the baseline that the current report lacks fails the comparison too, unless
 missing configurations are allowed.
@@ -44,11 +44,23 @@ class Metric(NamedTuple):
     unit: str
     higher_is_better: bool
     valid: Range
+    option: str = ""  # its name in --metrics
+    intervals: tuple[str, ...] = ()  # its 95 % interval's JSON keys, newer first
 
 
 EFFICIENCY = ("epoch_time_efficiency", "efficiency")  # newer column name first, then older
+EFFICIENCY_CI = ("epoch_time_efficiency_ci", "efficiency_ci")
 METRICS: tuple[Metric, ...] = (
-    Metric("epoch_time", "epoch time", "epoch_time", ("avg_epoch_time_s",), "s", False, SECONDS),
+    Metric(
+        name="epoch_time",
+        words="epoch time",
+        table="epoch_time",
+        columns=("avg_epoch_time_s",),
+        unit="s",
+        higher_is_better=False,
+        valid=SECONDS,
+        option="epoch-time",
+    ),
     Metric(
         name="epoch_time_efficiency",
         words="epoch-time efficiency",
@@ -57,6 +69,8 @@ METRICS: tuple[Metric, ...] = (
         unit="",
         higher_is_better=True,
         valid=POSITIVE,
+        option="efficiency",
+        intervals=EFFICIENCY_CI,
     ),
     Metric(
         name="throughput",
@@ -66,6 +80,8 @@ METRICS: tuple[Metric, ...] = (
         unit="samples/s",
         higher_is_better=True,
         valid=NON_NEGATIVE,
+        option="throughput",
+        intervals=("samples_per_sec_ci",),
     ),
     Metric(
         name="energy_per_epoch",
@@ -75,12 +91,14 @@ METRICS: tuple[Metric, ...] = (
         unit="Wh",
         higher_is_better=False,
         valid=NON_NEGATIVE,
+        option="energy",
+        intervals=("energy_wh_per_epoch_ci",),
     ),
 )
 BY_NAME = {m.name: m for m in METRICS}
+BY_OPTION = {m.option: m for m in METRICS}
 # metric names of comparisons written before the efficiency was named after its source
 OLD_NAMES = {"efficiency": "epoch_time_efficiency"}
-EFFICIENCY_CI = ("epoch_time_efficiency_ci", "efficiency_ci")
 RUN_TIME = "avg_epoch_time_s"
 COLUMNS = [
     "strategy",
@@ -91,6 +109,8 @@ COLUMNS = [
     "change",
     "worse",
     "noise_test",
+    "p_value",
+    "holm_alpha",
     "beyond_noise",
     "regression",
 ]
@@ -119,7 +139,9 @@ class Side:
     name: str
     values: dict[str, dict[Config, float]]  # metric -> configuration -> value (NaN: none)
     runs: dict[Config, list[float]] = field(default_factory=dict)  # per-run mean epoch times
-    efficiency_ci: dict[Config, tuple[float, float]] = field(default_factory=dict)
+    # metric -> configuration -> (95 % interval, runs it came from)
+    intervals: dict[str, dict[Config, tuple[float, float, int]]] = field(default_factory=dict)
+    bases: dict[Config, Config] = field(default_factory=dict)  # what its speedup is against
     configurations: set[Config] = field(default_factory=set)  # rows of the epoch-time table
     warnings: list[str] = field(default_factory=list)
 
@@ -212,8 +234,12 @@ class _Reader:
             return math.nan
         return number
 
-    def interval(self, where: str, row: dict[str, Any]) -> tuple[float, float] | None:
-        column = next((c for c in EFFICIENCY_CI if row.get(c) is not None), None)
+    def interval(
+        self, where: str, row: dict[str, Any], columns: tuple[str, ...], valid: Range
+    ) -> tuple[float, float, int] | None:
+        """(low, high, the row's runs) of the first present interval column; None when absent,
+        null or not an interval of values in ``valid``."""
+        column = next((c for c in columns if row.get(c) is not None), None)
         if column is None:
             return None
         pair = row[column]
@@ -222,10 +248,25 @@ class _Reader:
         if any(v is None for v in pair):
             return None
         low, high = (self.number(f"{where} {column}", v) for v in pair)
-        if not (_in_range(POSITIVE, low) and _in_range(POSITIVE, high) and low <= high):
+        if not (math.isfinite(low) and _in_range(valid, high) and low <= high):
             self.problems.append(f"{where} {column} [{_shown(pair[0])}, {_shown(pair[1])}]")
             return None
-        return low, high
+        runs = row.get("runs")
+        count = self.number(f"{where} runs", runs) if runs is not None else math.nan
+        if not (math.isfinite(count) and count.is_integer() and count >= 2):
+            return None  # an interval without the runs it came from cannot be weighed
+        return low, high, int(count)
+
+    def base(self, where: str, row: dict[str, Any]) -> Config | None:
+        """The row's base configuration (``base_strategy``, ``base_workers``), when it has one."""
+        strategy, workers = row.get("base_strategy"), row.get("base_workers")
+        if not isinstance(strategy, str) or isinstance(workers, bool):
+            return None
+        if isinstance(workers, float) and not (math.isfinite(workers) and workers.is_integer()):
+            return None
+        if not isinstance(workers, int | float):
+            return None
+        return strategy.strip(), int(workers)
 
     def warning(self) -> list[str]:
         """One line naming every value left out (the first few, then a count)."""
@@ -264,13 +305,17 @@ def side_from_dict(report: object, name: str) -> Side:
             seen.add(key)
             kept.append((where, key, row))
     for metric in METRICS:
+        mine = side.intervals.setdefault(metric.name, {})
         for where, key, row in rows[metric.table]:
             side.values[metric.name][key] = reader.value(where, row, metric.columns, metric.valid)
+            interval = reader.interval(where, row, metric.intervals, metric.valid)
+            if interval is not None:
+                mine[key] = interval
     for where, key, row in rows["epoch_time"]:
         side.configurations.add(key)
-        interval = reader.interval(where, row)
-        if interval is not None:
-            side.efficiency_ci[key] = interval
+        base = reader.base(where, row)
+        if base is not None:
+            side.bases[key] = base
     for where, key, row in rows["runs"]:
         value = reader.value(where, row, (RUN_TIME,), SECONDS)
         if not math.isnan(value):
@@ -311,10 +356,23 @@ def load_side_file(path: Path) -> Side:
 
 # ---------------------------------------------------------------- comparing
 
+OVERALL_COLUMNS = [
+    "metric",
+    "configurations",
+    "change",
+    "worse",
+    "noise_test",
+    "p_value",
+    "holm_alpha",
+    "beyond_noise",
+    "regression",
+]
+
 
 @dataclass
 class Comparison:
-    """The rows compared (:data:`COLUMNS`), what could not be compared, and the settings."""
+    """The rows compared (:data:`COLUMNS`), each metric's mean change over the configurations
+    (:data:`OVERALL_COLUMNS`), what could not be compared, and the settings."""
 
     table: pd.DataFrame
     baseline: Side
@@ -322,6 +380,9 @@ class Comparison:
     max_regression: float
     allow_missing: bool = False
     warnings: list[str] = field(default_factory=list)
+    overall: pd.DataFrame | None = None
+    metrics: tuple[str, ...] = tuple(m.name for m in METRICS)  # the metrics compared and gated
+    family_size: int = 0  # the tests Holm–Bonferroni weighed together
 
     @property
     def missing(self) -> list[Config]:
@@ -343,19 +404,12 @@ def _worse(change: float, higher_is_better: bool) -> float:
     return -change if higher_is_better else change
 
 
-def _noise(metric: str, key: Config, baseline: Side, current: Side) -> tuple[str, bool | None]:
-    """(which test, beyond noise?) for one metric of one configuration; None: no test."""
-    from itwin_report.analysis.intervals import separate, welch_test
-
-    if metric == "epoch_time":
-        a, b = baseline.runs.get(key, []), current.runs.get(key, [])
-        if len(a) >= 2 and len(b) >= 2:
-            return "welch", welch_test(a, b)[2]
-    if metric == "epoch_time_efficiency":
-        a_ci, b_ci = baseline.efficiency_ci.get(key), current.efficiency_ci.get(key)
-        if a_ci and b_ci:
-            return "intervals", separate(a_ci, b_ci)
-    return "none", None
+def _log_worse(a: float, b: float, higher_is_better: bool) -> float:
+    """log(b / a) in the bad direction; NaN unless both are > 0."""
+    if not (a > 0 and b > 0):
+        return math.nan
+    change = math.log(b) - math.log(a)
+    return -change if higher_is_better else change
 
 
 def check_max_regression(max_regression: float) -> None:
@@ -363,19 +417,52 @@ def check_max_regression(max_regression: float) -> None:
         raise ReportError(f"max_regression must be a finite number >= 0, got {max_regression}")
 
 
+def pick_metrics(names: str | list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The metrics to compare and gate, from ``--metrics`` names (``epoch-time,efficiency``;
+    a list of them, or of JSON keys, in the API); None: all. BadOption (exit 2) for an unknown
+    name."""
+    from itwin_report.util.errors import BadOption
+
+    if names is None:
+        return tuple(m.name for m in METRICS)
+    if not isinstance(names, str | list | tuple):
+        raise BadOption(f"--metrics: expected names such as 'epoch-time,energy', got {names!r}")
+    items = names.split(",") if isinstance(names, str) else list(names)
+    picked = set()
+    for item in items:
+        name = str(item).strip()
+        metric = BY_OPTION.get(name) or BY_NAME.get(name)
+        if metric is None:
+            choices = ", ".join(m.option for m in METRICS)
+            raise BadOption(f"unknown metric {name!r} in --metrics; use some of {choices}")
+        picked.add(metric.name)
+    if not picked:
+        raise BadOption("--metrics names no metric")
+    return tuple(m.name for m in METRICS if m.name in picked)
+
+
 def compare_sides(
-    baseline: Side, current: Side, max_regression: float = 0.05, allow_missing: bool = False
+    baseline: Side,
+    current: Side,
+    max_regression: float = 0.05,
+    allow_missing: bool = False,
+    metrics: str | list[str] | tuple[str, ...] | None = None,
 ) -> Comparison:
-    """Every metric of every configuration measured on both sides, with its verdict.
+    """Every picked metric of every configuration measured on both sides, with its verdict.
 
     A pair whose relative change is not a finite number (a baseline of 0, or a ratio too large
     for a float) is left out with a warning.
     """
     import pandas as pd
 
+    from itwin_report.analysis.noise_tests import RowTest, family, row_test
+
     check_max_regression(max_regression)
-    rows, skipped = [], []
-    for metric in METRICS:
+    picked = pick_metrics(metrics)
+    rows: list[dict[str, Any]] = []
+    skipped: list[str] = []
+    tests: dict[str, list[RowTest]] = {}
+    for metric in (m for m in METRICS if m.name in picked):
         a_vals, b_vals = baseline.values.get(metric.name, {}), current.values.get(metric.name, {})
         for key in sorted(set(a_vals) & set(b_vals)):
             a, b = a_vals[key], b_vals[key]
@@ -385,8 +472,9 @@ def compare_sides(
             if not math.isfinite(change):
                 skipped.append(f"{config_name(key)} {metric.words} ({a:g} -> {b:g})")
                 continue
-            worse = _worse(change, metric.higher_is_better) > max_regression
-            test, beyond = _noise(metric.name, key, baseline, current)
+            estimate = _log_worse(a, b, metric.higher_is_better)
+            test = row_test(metric.name, key, baseline, current, estimate)
+            tests.setdefault(metric.name, []).append(test)
             rows.append(
                 {
                     "strategy": key[0],
@@ -395,22 +483,80 @@ def compare_sides(
                     "baseline": a,
                     "current": b,
                     "change": change,
-                    "worse": worse,
-                    "noise_test": test,
-                    "beyond_noise": beyond,
-                    "regression": bool(worse and beyond is not False),
+                    "worse": _worse(change, metric.higher_is_better) > max_regression,
+                    "test": test,
                 }
             )
-    warnings = []
-    if skipped:
-        more = len(skipped) - MAX_LISTED
-        tail = f"; and {more} more" if more > 0 else ""
-        warnings.append(
-            f"not compared, the relative change is not a finite number: "
-            f"{'; '.join(skipped[:MAX_LISTED])}{tail}"
+    means = family(tests)
+    for row in rows:
+        row.update(_verdict(row.pop("test"), row["worse"]))
+    overall = []
+    for m in means:
+        higher_is_better = BY_NAME[m.metric].higher_is_better
+        change = math.expm1(-m.row.estimate if higher_is_better else m.row.estimate)
+        worse = _worse(change, higher_is_better) > max_regression
+        overall.append(
+            {"metric": m.metric, "configurations": m.configurations, "change": change}
+            | {"worse": worse, **_verdict(m.row, worse)}
         )
-    table = pd.DataFrame(rows, columns=COLUMNS)
-    return Comparison(table, baseline, current, max_regression, allow_missing, warnings)
+    result = Comparison(
+        pd.DataFrame(rows, columns=COLUMNS),
+        baseline,
+        current,
+        max_regression,
+        allow_missing,
+        _skipped_warning(skipped) + base_warning(baseline, current, picked),
+        pd.DataFrame(overall, columns=OVERALL_COLUMNS),
+        picked,
+        sum(r.test is not None for t in tests.values() for r in t) + len(means),
+    )
+    return result
+
+
+def _verdict(test: Any, worse: bool) -> dict[str, Any]:
+    """A row's noise test and verdict: beyond noise when the family rejects its test; without a
+    test (None) the threshold alone decides."""
+    p = test.test.p if test.test is not None else math.nan
+    return {
+        "noise_test": test.kind,
+        "p_value": p,
+        "holm_alpha": test.holm_alpha,
+        "beyond_noise": test.rejected,
+        "regression": bool(worse and test.rejected is not False),
+    }
+
+
+def _skipped_warning(skipped: list[str]) -> list[str]:
+    if not skipped:
+        return []
+    more = len(skipped) - MAX_LISTED
+    tail = f"; and {more} more" if more > 0 else ""
+    return [
+        f"not compared, the relative change is not a finite number: "
+        f"{'; '.join(skipped[:MAX_LISTED])}{tail}"
+    ]
+
+
+def base_warning(baseline: Side, current: Side, picked: tuple[str, ...]) -> list[str]:
+    """One warning naming the configurations whose speedup the two sides measure against
+    different bases (their efficiencies are then different ratios)."""
+    if "epoch_time_efficiency" not in picked:
+        return []
+    differ = [
+        f"{config_name(key)} ({config_name(baseline.bases[key])} vs "
+        f"{config_name(current.bases[key])})"
+        for key in sorted(set(baseline.bases) & set(current.bases))
+        if baseline.bases[key] != current.bases[key]
+    ]
+    if not differ:
+        return []
+    shown = ", ".join(differ[:MAX_LISTED])
+    more = f" and {len(differ) - MAX_LISTED} more" if len(differ) > MAX_LISTED else ""
+    return [
+        f"the two sides measure speedup against different bases for {len(differ)} "
+        f"configuration(s): {shown}{more}; their efficiency changes compare different ratios "
+        "(generate both reports with the same --baseline)"
+    ]
 
 
 def compare(baseline: Side, current: Side, max_regression: float = 0.05) -> pd.DataFrame:
@@ -418,21 +564,51 @@ def compare(baseline: Side, current: Side, max_regression: float = 0.05) -> pd.D
     return compare_sides(baseline, current, max_regression).table
 
 
-def regressions(table: pd.DataFrame) -> list[str]:
-    """``strategy-workers metric (+x %)`` for every regression row."""
-    return [
-        f"{r['strategy']}-{r['workers']} {BY_NAME[r['metric']].words} ({r['change']:+.1%})"
-        for r in _records(table)
-        if r["regression"]
-    ]
+def regressions(result: Comparison) -> list[str]:
+    """``strategy-workers metric (+x %, test)`` for every regression row, then each metric's
+    mean change over the configurations that regressed."""
+    from itwin_report.analysis.noise_tests import NONE
+
+    out = []
+    frames = [(result.table, False), (result.overall, True)]
+    for frame, overall in frames:
+        if frame is None:
+            continue
+        for r in _records(frame):
+            if not r["regression"]:
+                continue
+            words = BY_NAME[r["metric"]].words
+            where = (
+                f"{words}, mean of {r['configurations']} configurations"
+                if overall
+                else f"{r['strategy']}-{r['workers']} {words}"
+            )
+            why = (
+                "threshold alone: one run on a side"
+                if r["noise_test"] == NONE
+                else f"{r['noise_test']} p={r['p_value']:.2g} <= {r['holm_alpha']:.2g}"
+            )
+            out.append(f"{where} ({r['change']:+.1%}, {why})")
+    return out
 
 
-def compared_words(table: pd.DataFrame) -> str:
-    """``epoch time, epoch-time efficiency and throughput``: what the rows compare (all the
-    metrics when there is no row)."""
-    present = set(table["metric"]) if len(table) else {m.name for m in METRICS}
+def compared_words(table: pd.DataFrame, metrics: tuple[str, ...] | None = None) -> str:
+    """``epoch time, epoch-time efficiency and throughput``: what the rows compare (the picked
+    metrics, all by default, when there is no row)."""
+    present = set(table["metric"]) if len(table) else set(metrics or BY_NAME)
     words = [m.words for m in METRICS if m.name in present]
     return words[0] if len(words) == 1 else ", ".join(words[:-1]) + " and " + words[-1]
+
+
+def method_words(result: Comparison) -> str:
+    """How noise was weighed: ``one-sided Welch t-tests; Holm–Bonferroni over 52 tests holds
+    the false-alarm rate at 5%``."""
+    from itwin_report.analysis.significance import FAMILY_ALPHA
+
+    return (
+        f"one-sided Welch t-tests; Holm–Bonferroni over {result.family_size} tests holds the "
+        f"false-alarm rate at {FAMILY_ALPHA:.0%}"
+    )
 
 
 def gate_error(result: Comparison) -> ReportError | None:
@@ -443,10 +619,10 @@ def gate_error(result: Comparison) -> ReportError | None:
     configuration was compared at all.
     """
     parts = []
-    found = [safe_name(r) for r in regressions(result.table)]
+    found = [safe_name(r) for r in regressions(result)]
     threshold = f"{result.max_regression:.0%}"
     if found:
-        parts.append(f"regression beyond {threshold} and noise: " + ", ".join(found))
+        parts.append(f"regression beyond {threshold}: " + ", ".join(found))
     if result.missing and not result.allow_missing:
         names = ", ".join(safe_name(config_name(k)) for k in result.missing)
         parts.append(
@@ -458,7 +634,7 @@ def gate_error(result: Comparison) -> ReportError | None:
     if result.table.empty:
         return NothingMeasured(
             "nothing compared: no configuration has a metric measured in both reports"
-            f" ({compared_words(result.table)})"
+            f" ({compared_words(result.table, result.metrics)})"
         )
     return None
 

@@ -79,6 +79,14 @@ def _side(
     "also beyond noise.",
 )
 @click.option(
+    "--metrics",
+    default="epoch-time,efficiency,throughput,energy",
+    show_default=True,
+    metavar="A,B",
+    help="The metrics compared and gated (comma-separated): epoch-time, efficiency (from "
+    "epoch time), throughput, energy (per epoch).",
+)
+@click.option(
     "--allow-missing",
     is_flag=True,
     help="Do not fail when CURRENT lacks configurations of BASELINE (they are listed as "
@@ -102,6 +110,7 @@ def compare_command(
     tracking_uri: str | None,
     timeout: float | None,
     max_regression: float,
+    metrics: str,
     allow_missing: bool,
     warmup_epochs: int,
     fmt: str,
@@ -114,15 +123,18 @@ def compare_command(
     """Compare two reports per configuration and exit 4 on a regression.
 
     BASELINE and CURRENT are each a JSON report saved with --format json, or
-    an experiment name read from --tracking-uri. Per configuration: the mean
-    epoch time, the parallel efficiency computed from epoch time (the epoch
-    time table's), throughput and energy per epoch, with their changes. A
-    regression is a change for the worse beyond --max-regression that is also
-    beyond noise where per-run values exist (Welch's t-test on the runs' mean
-    epoch times; non-overlapping 95 % intervals for the efficiency). A
-    configuration of BASELINE that CURRENT lacks fails too (exit 4) unless
-    --allow-missing is given. Values of a saved report outside their valid
-    range are left out with a warning.
+    an experiment name read from --tracking-uri. Per configuration, for the
+    --metrics picked: the mean epoch time, the parallel efficiency computed
+    from epoch time (the epoch time table's), throughput and energy per epoch,
+    with their changes, and each metric's mean change over the
+    configurations. A regression is a change for the worse beyond
+    --max-regression that is also beyond noise: one-sided Welch t-tests on the
+    per-run values (or the 95 % intervals the report computed from them), with
+    Holm-Bonferroni over all the tests of the comparison, so that an unchanged
+    model fails at most 5 % of the time; where a side has one run, the
+    threshold alone decides. A configuration of BASELINE that CURRENT lacks
+    fails too (exit 4) unless --allow-missing is given. Values of a saved
+    report outside their valid range are left out with a warning.
 
     \b
     Examples:
@@ -131,13 +143,18 @@ def compare_command(
       itwin-report compare base.json current.json --format markdown >> "$GITHUB_STEP_SUMMARY"
       itwin-report compare base.json current.json --format benchmark-json -o bench.json
       itwin-report compare base.json smaller.json --allow-missing
+      itwin-report compare base.json current.json --metrics epoch-time,throughput
     """
     from itwin_report import store
-    from itwin_report.analysis.comparison import compare_sides, gate_error
+    from itwin_report.analysis.comparison import compare_sides, gate_error, pick_metrics
     from itwin_report.cli.group import Failure
     from itwin_report.cli.output import emit
     from itwin_report.render.comparison import render_comparison
 
+    try:
+        picked = pick_metrics(metrics)
+    except ReportError as exc:
+        raise Failure(str(exc), EXIT_USAGE) from None
     uri = store.resolve_tracking_uri(tracking_uri)
     files = [Path(s) for s in (baseline, current) if _is_file(s)]
     conflict = store.check_outputs(uri, {"--output": output}, inputs=files)
@@ -149,7 +166,7 @@ def compare_command(
     end = time.monotonic() + HttpLimits(timeout=timeout).seconds  # one deadline for both sides
     base = _side(baseline, tracking_uri, warmup_epochs, quiet, end, settings)
     cur = _side(current, tracking_uri, warmup_epochs, quiet, end, settings)
-    result = compare_sides(base, cur, max_regression, allow_missing)
+    result = compare_sides(base, cur, max_regression, allow_missing, picked)
     emit(render_comparison(result, fmt), output)
     failure = gate_error(result)
     if failure is not None:

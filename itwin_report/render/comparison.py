@@ -17,6 +17,7 @@ from itwin_report.analysis.comparison import (
     config_name,
     gate_error,
     label,
+    method_words,
     regressions,
     side_from_dict,
 )
@@ -56,9 +57,36 @@ def _verdict(row: dict[str, Any]) -> str:
 
 
 def _noise_word(row: dict[str, Any]) -> str:
+    """``welch p=0.0003 <= 0.001: beyond noise``; ``none`` without a test."""
     if row["noise_test"] == "none":
-        return "n/a"
-    return f"{row['noise_test']}: {'beyond' if row['beyond_noise'] else 'within'} noise"
+        return "none"
+    if row["noise_test"] == "base":
+        return "n/a: the base"
+    beyond = "beyond" if row["beyond_noise"] else "within"
+    sign = "<=" if row["p_value"] <= row["holm_alpha"] else ">"
+    return (
+        f"{row['noise_test']} p={row['p_value']:.2g} {sign} {row['holm_alpha']:.2g}: {beyond} noise"
+    )
+
+
+OVERALL_HEADERS = ["Metric", "Configurations", "Mean change", "Noise test", "Verdict"]
+
+
+def overall_rows(result: Comparison) -> list[list[str]]:
+    """Each metric's mean change over the configurations (geometric mean), formatted."""
+    frame = result.overall
+    if frame is None or frame.empty:
+        return []
+    return [
+        [
+            label(r["metric"]),
+            str(r["configurations"]),
+            f"{float(r['change']):+.1%}",
+            _noise_word(r),
+            _verdict(r),
+        ]
+        for r in _records(frame)
+    ]
 
 
 def comparison_rows(table: pd.DataFrame) -> list[list[str]]:
@@ -82,19 +110,40 @@ def title(result: Comparison) -> str:
     from itwin_report.util.masking import mask_text
 
     names = f"{mask_text(result.baseline.name)} vs {mask_text(result.current.name)}"
-    return f"Scaling comparison of {compared_words(result.table)}: {names}"
+    return f"Scaling comparison of {compared_words(result.table, result.metrics)}: {names}"
+
+
+def _verdict_line(result: Comparison) -> str:
+    """The first verdict line: what regressed, or that nothing did, and how noise was weighed."""
+    table, threshold = result.table, f"{result.max_regression:.0%}"
+    found = regressions(result)
+    untested = int((table["noise_test"] == "none").sum())
+    method = method_words(result) if result.family_size else ""
+    if found:
+        how = f" ({method})" if method else ""
+        return f"Regression beyond {threshold}{how}: " + ", ".join(found)
+    words = compared_words(table, result.metrics)
+    if not method:
+        return (
+            f"No regression beyond {threshold} in {words} (no noise test: one run on a side; "
+            "the threshold alone decided)."
+        )
+    line = f"No regression beyond {threshold} and noise in {words} ({method})."
+    if untested:
+        line += (
+            f" {untested} of {len(table)} rows had no noise test (one run on a side) and were "
+            "held to the threshold alone."
+        )
+    return line
 
 
 def summary_lines(result: Comparison) -> list[str]:
-    """The verdict lines: regressions (each naming its metric), then missing configurations."""
-    table, threshold = result.table, f"{result.max_regression:.0%}"
-    found = regressions(table)
-    if table.empty:
+    """The verdict lines: regressions (each naming its metric and test), then missing
+    configurations."""
+    if result.table.empty:
         lines = ["Nothing compared: no configuration has a metric measured in both reports."]
-    elif found:
-        lines = [f"Regression beyond {threshold} and noise: " + ", ".join(found)]
     else:
-        lines = [f"No regression beyond {threshold} and noise in {compared_words(table)}."]
+        lines = [_verdict_line(result)]
     if result.missing:
         names = ", ".join(config_name(k) for k in result.missing)
         if result.allow_missing:
@@ -111,13 +160,13 @@ def notes(result: Comparison) -> list[str]:
     return [f"only in the current report: {config_name(k)}" for k in result.added]
 
 
-def _benchmark(current: Side, bigger: bool) -> list[dict[str, Any]]:
+def _benchmark(current: Side, bigger: bool, picked: tuple[str, ...]) -> list[dict[str, Any]]:
     """github-action-benchmark's custom tool format: [{name, unit, value, range}]."""
     from itwin_report.analysis.intervals import mean_interval
 
     out = []
     for metric in METRICS:
-        if metric.higher_is_better != bigger:
+        if metric.higher_is_better != bigger or metric.name not in picked:
             continue
         for key, value in sorted(current.values.get(metric.name, {}).items()):
             if math.isnan(value):
@@ -141,9 +190,11 @@ def _strict_json(payload: Any) -> str:
 
 
 def _payload(result: Comparison) -> dict[str, Any]:
+    from itwin_report.analysis.significance import FAMILY_ALPHA
     from itwin_report.util.masking import mask_text
 
     records = result.table.astype(object).to_dict("records")
+    overall = [] if result.overall is None else result.overall.astype(object).to_dict("records")
     return {
         "baseline": mask_text(result.baseline.name),
         "current": mask_text(result.current.name),
@@ -152,15 +203,20 @@ def _payload(result: Comparison) -> dict[str, Any]:
         "metrics": {
             m.name: {
                 "compared": m.words,
+                "option": m.option,
                 "table": m.table,
                 "columns": list(m.columns),
                 "unit": m.unit or "fraction",
                 "higher_is_better": m.higher_is_better,
             }
             for m in METRICS
+            if m.name in result.metrics
         },
+        "family_size": result.family_size,
+        "family_alpha": FAMILY_ALPHA,
         "comparison": [{str(k): v for k, v in r.items()} for r in records],
-        "regressions": [mask_text(r) for r in regressions(result.table)],
+        "overall": [{str(k): v for k, v in r.items()} for r in overall],
+        "regressions": [mask_text(r) for r in regressions(result)],
         "missing": [mask_text(config_name(k)) for k in result.missing],
         "only_in_current": [mask_text(config_name(k)) for k in result.added],
         "summary": [mask_text(line) for line in summary_lines(result)],
@@ -176,10 +232,12 @@ def render_comparison(result: Comparison, fmt: str) -> str:
     if fmt == "json":
         return _strict_json(_payload(result))
     if fmt in ("benchmark-json", "benchmark-json-bigger"):
-        return _strict_json(_benchmark(result.current, bigger=fmt.endswith("bigger")))
+        bigger = fmt.endswith("bigger")
+        return _strict_json(_benchmark(result.current, bigger, result.metrics))
     if fmt not in ("table", "markdown"):
         raise ReportError(f"unknown format {fmt!r}; use one of {', '.join(FORMATS)}")
     rows = [[_escape(mask_text(c), fmt) for c in row] for row in comparison_rows(result.table)]
+    means = overall_rows(result)  # metric names and numbers only: nothing to escape
     summary = [_escape(mask_text(line), fmt) for line in summary_lines(result)]
     extra = [f"- {_escape(mask_text(n), fmt)}" for n in notes(result)]
     extra += [f"- Warning: {_escape(mask_text(w), fmt)}" for w in result.all_warnings]
@@ -192,17 +250,30 @@ def render_comparison(result: Comparison, fmt: str) -> str:
             out += ["| " + " | ".join(r) + " |" for r in rows]
         else:
             out.append("No configuration measured on both sides.")
+        if means:
+            out += ["", "Mean change over the configurations (geometric mean):", ""]
+            out.append("| " + " | ".join(OVERALL_HEADERS) + " |")
+            out.append("|---|---:|---:|---|---|")
+            out += ["| " + " | ".join(r) + " |" for r in means]
         failing = gate_error(result) is not None
         out += ["", *(f"**{line}**" if failing else line for line in summary), *extra]
         return "\n".join(out) + "\n"
-    widths = [max(len(c) for c in col) for col in zip(HEADERS, *rows, strict=True)]
-    lines = [heading, ""]
-    for row in [HEADERS, ["-" * w for w in widths], *rows]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    lines = [heading, "", *_plain_table(HEADERS, rows)]
     if not rows:
         lines.append("No configuration measured on both sides.")
+    if means:
+        lines += ["", "Mean change over the configurations (geometric mean):", ""]
+        lines += _plain_table(OVERALL_HEADERS, means)
     lines += ["", *summary, *extra]
     return "\n".join(lines) + "\n"
+
+
+def _plain_table(headers: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(c) for c in col) for col in zip(headers, *rows, strict=True)]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [headers, ["-" * w for w in widths], *rows]
+    ]
 
 
 def _escape(text: str, fmt: str) -> str:

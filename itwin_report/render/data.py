@@ -68,6 +68,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     out["baseline"] = _masked(report.baseline)
     out["epoch_time"] = [pair_intervals(row) for row in out["epoch_time"]]
     out["gpu"] = [_paired(row, GPU_INTERVALS) for row in out["gpu"]]
+    out["throughput"] = [_paired(row, ("samples_per_sec",)) for row in out["throughput"]]
     out.update(json_fields(report))
     out["stragglers"] = _frame_records(getattr(report, "stragglers", None))
     out["trace_ranks"] = _frame_records(getattr(report, "trace_ranks", None))

@@ -39,7 +39,7 @@ from itwin_report.util.text import name_list
 if TYPE_CHECKING:
     from itwin_report.traces.analyze import RunTraces
 
-__all__ = ["below_efficiency", "build_report"]
+__all__ = ["build_report"]
 
 
 def build_report(
@@ -259,9 +259,3 @@ def _baseline_notes(epoch: Baseline, throughput: Baseline, has_throughput: bool)
     if has_throughput and throughput != epoch:
         notes.append(f"throughput speedup is against {throughput.describe()}")
     return notes
-
-
-def below_efficiency(report: Report, threshold: float) -> pd.DataFrame:
-    """Epoch-time rows whose parallel efficiency is below ``threshold`` (NaN never is)."""
-    table = report.epoch_time
-    return table[table["efficiency"] < threshold].reset_index(drop=True)

@@ -2,8 +2,10 @@
 
 ``--fail-under-efficiency X --gate-on epoch-time|throughput`` fails for every configuration
 whose efficiency of that kind is below X, and for every configuration it cannot evaluate
-(no efficiency of that kind: no base, no data). The verdict is a record on the report, so every
-writer (text, markdown, JSON, page) shows it, and the CLI turns a failure into exit code 3.
+(no efficiency of that kind: no base, no data). This is the one efficiency-threshold rule:
+below means ``efficiency < X``, and no efficiency (NaN) is never a pass. The verdict is a
+record on the report, so every writer (text, markdown, JSON, page) shows it, and the CLI turns
+a failure into exit code 3.
 """
 
 from __future__ import annotations

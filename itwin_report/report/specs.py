@@ -374,6 +374,7 @@ THROUGHPUT = TableSpec(
             number(".1f"),
             description="Samples per second of the whole job, averaged over runs.",
         ),
+        *_interval("samples_per_sec", "throughput (from the runs' own)"),
         Column(
             "samples_per_sec_per_gpu",
             "float64",

@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pandas as pd
 
+from itwin_report.analysis.intervals import mean_interval
 from itwin_report.data.frames import as_text, coded
 from itwin_report.data.performance_json import merge_records
 from itwin_report.data.rundata import PERFORMANCE_FIELDS, RATE, TRAIN_LOSS_EPOCH, RunData
@@ -31,6 +32,7 @@ COLUMNS = tables.THROUGHPUT.names
 SOURCE_NAMES = {"performance": "performance.json", "rates": "rate metrics", "epochs": "epoch time"}
 PREFERENCE = ("performance", "rates", "epochs")
 JOB_COLUMNS = ["job_id", "strategy", "workers", "sps"]
+CI = ["samples_per_sec_ci_low", "samples_per_sec_ci_high"]  # 95 % interval from the runs' own
 
 
 def _with_config(frame: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -192,6 +194,11 @@ def _config_means(jobs: pd.DataFrame, column: str) -> pd.DataFrame:
     out = jobs.groupby(["strategy", "workers"], as_index=False).agg(
         value=(column, "mean"), runs=("job_id", "nunique")
     )
+    values = {k: g.to_numpy(dtype=float) for k, g in jobs.groupby(["strategy", "workers"])[column]}
+    out["ci"] = [
+        mean_interval(values[(s, w)])[1:]
+        for s, w in zip(out["strategy"], out["workers"], strict=True)
+    ]
     derived = jobs["derived"] if "derived" in jobs else pd.Series(False, index=jobs.index)
     flags = derived.astype(bool).groupby([jobs["strategy"], jobs["workers"]]).any()
     out["derived"] = [
@@ -284,11 +291,13 @@ def throughput_table(
                     "workers": workers,
                     "runs": int(row["runs"]),
                     "samples_per_sec": float(row["value"]),
+                    "samples_per_sec_ci_low": float(row["ci"][0]),
+                    "samples_per_sec_ci_high": float(row["ci"][1]),
                     "source": name,
                 }
             )
     warnings += [f"no throughput for {name_list(names)}: {why}" for why, names in missing.items()]
-    columns = ["strategy", "workers", "runs", "samples_per_sec", "source"]
+    columns = ["strategy", "workers", "runs", "samples_per_sec", *CI, "source"]
     table = finish(rows, columns)
     used = base
     if used is None or not used.bases:
