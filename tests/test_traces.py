@@ -330,7 +330,8 @@ def test_rank_from_the_file_name_when_the_trace_has_none(tmp_path: Path) -> None
     other = _write(tmp_path / "trace.pt.trace.json", doc)
     result = analyze_traces([tmp_path])
     assert {r.file: r.rank for r in result.ranks} == {str(path): 6, str(other): None}
-    assert [w.kind for w in result.warnings] == ["rank"]
+    # the hand-written NCCL kernel has no message sizes in its args: one note per file
+    assert sorted(w.kind for w in result.warnings) == ["rank", "unsized", "unsized"]
 
 
 def test_files_are_found_once_and_never_changed(tmp_path: Path) -> None:

@@ -30,6 +30,14 @@ HOST_LEAD_US = 40.0  # the host launches each device event this long before it s
 COMPUTE_KERNELS = 4  # compute kernels per step
 COMPUTE_STREAM = 7
 COMM_STREAM = 20
+BUCKET_ELEMS = 6_553_600  # fp32 elements of a 25 MiB-ish gradient bucket (26.2 MB)
+CORR_STRIDE = 1000  # correlation ids per step (room for the step's kernels)
+KERNEL_NAMES = {  # the NCCL kernel of each collective
+    "allreduce": "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+    "reduce_scatter": "ncclDevKernel_ReduceScatter_Sum_f32_RING_LL(ncclDevComm*, unsigned long, "
+    "ncclWork*)",
+    "allgather": "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+}
 
 
 @dataclass(frozen=True)
@@ -47,6 +55,10 @@ class RankSpec:
     device: str = "gpu"  # "gpu" or "cpu" (gloo: operators on CPU threads)
     hostname: str = "node0"
     base_ns: int = BASE_NS  # baseTimeNanoseconds: the wall clock at the profiler's 0
+    # the step's collective kernels, back to back over comm_us (its whole microseconds split
+    # evenly, the rest on the last), each (collective, input elements, output elements) of
+    # fp32 ``Float``, as PyTorch 2.x describes them in the kernel's args
+    messages: tuple[tuple[str, int, int], ...] = (("allreduce", BUCKET_ELEMS, BUCKET_ELEMS),)
 
     def scaled(self, compute: float) -> RankSpec:
         """This rank with its compute slowed by ``compute`` (1.2: 20 % slower); the others'
@@ -97,7 +109,7 @@ def step_events(spec: RankSpec, step: int) -> list[dict[str, Any]]:
                 "dur": spec.steps * spec.step_us,
             },
         ]
-    corr = 100 + step * 10  # the step's annotations' External id; its events' follow
+    corr = 100 + step * CORR_STRIDE  # the step's annotations' External id; its events' follow
     out: list[dict[str, Any]] = []
     t0 = BASE_US + step * spec.step_us
     name = f"ProfilerStep#{step + 1}"
@@ -117,20 +129,22 @@ def step_events(spec: RankSpec, step: int) -> list[dict[str, Any]]:
             "args": step_args,  # as Kineto writes it: no stream, no device
         }
     )
-    kernels = [("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", t0, spec.copy_us, 7)]
+    kernels: list[tuple[Any, ...]] = [
+        ("gpu_memcpy", "Memcpy HtoD (Pageable -> Device)", t0, spec.copy_us, 7)
+    ]
     each = spec.compute_us / COMPUTE_KERNELS
     start = t0 + spec.copy_us
     for k in range(COMPUTE_KERNELS):
         name = f"void at::native::elementwise_kernel<128, {k}>(int, float*)"
         kernels.append(("kernel", name, start + k * each, each, COMPUTE_STREAM))
     comm_start = start + spec.compute_us - spec.overlap_us
-    comm = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
-    if spec.comm_us > 0:  # one worker: no collective
-        kernels.append(("kernel", comm, comm_start, spec.comm_us, COMM_STREAM))
-    for cat, name, ts, dur, stream in kernels:
+    kernels += _collectives(spec, comm_start)
+    for cat, name, ts, dur, stream, *launched in kernels:
         corr += 1
         launch = "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel"
-        out.append(_host(launch, "cuda_runtime", ts - HOST_LEAD_US, 5.0, correlation=corr))
+        at = launched[0] if launched else ts
+        out.append(_host(launch, "cuda_runtime", at - HOST_LEAD_US, 5.0, correlation=corr))
+        args = {"device": 0, "stream": stream, "correlation": corr, "External id": corr}
         out.append(
             {
                 "ph": "X",
@@ -140,12 +154,7 @@ def step_events(spec: RankSpec, step: int) -> list[dict[str, Any]]:
                 "tid": stream,
                 "ts": ts,
                 "dur": dur,
-                "args": {
-                    "device": 0,
-                    "stream": stream,
-                    "correlation": corr,
-                    "External id": corr,
-                },
+                "args": args if len(launched) < 2 else {**args, **launched[1]},
             }
         )
         out.append(
@@ -160,6 +169,30 @@ def step_events(spec: RankSpec, step: int) -> list[dict[str, Any]]:
                 "bp": "e",
             }
         )
+    return out
+
+
+def _collectives(spec: RankSpec, start: float) -> list[tuple[Any, ...]]:
+    """The step's collective kernels from ``start``, back to back over ``comm_us`` (none with
+    one worker), all launched with the first (launch time, then the args of PyTorch 2.x)."""
+    count = min(len(spec.messages), int(spec.comm_us))
+    if count <= 0:
+        return []
+    each = float(int(spec.comm_us) // count)
+    ranks = str(list(range(spec.world_size)))
+    out: list[tuple[Any, ...]] = []
+    for i, (collective, elems_in, elems_out) in enumerate(spec.messages[:count]):
+        dur = each if i < count - 1 else spec.comm_us - each * (count - 1)
+        said = {
+            "Collective name": collective,
+            "In msg nelems": elems_in,
+            "Out msg nelems": elems_out,
+            "dtype": "Float",
+            "Group size": spec.world_size,
+            "Process Group Ranks": ranks,
+        }
+        name = KERNEL_NAMES.get(collective, KERNEL_NAMES["allreduce"])
+        out.append(("kernel", name, start + i * each, dur, COMM_STREAM, start, said))
     return out
 
 

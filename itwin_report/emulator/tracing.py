@@ -8,6 +8,9 @@ microseconds) come from the performance model of its configuration:
 * communication: one collective kernel per step lasting ``comm`` plus the time it spins for
   its peers (``spin``, as much of it as fits under the compute), starting ``hidden + spin``
   before the compute ends, so ``comm - hidden`` of it is exposed;
+* the collective kernels' args, as PyTorch 2.x writes them: the fp32 gradient (``grad_mb``)
+  all-reduced in the model's buckets (DDP's ``ddp_bucket_mb``, Horovod's fusion buffers),
+  or DeepSpeed's reduce-scatter then all-gather of it, each kernel a share of ``comm``;
 * a straggler (:func:`~itwin_report.emulator.model.slow_ranks`): its compute is
   ``straggler_factor`` times longer and every other rank's collective waits that much longer;
 * the step: the model's step time plus the copies the model leaves out of it (all but
@@ -75,9 +78,27 @@ def rank_specs(p: ModelParams, strategy: str, workers: int) -> list[RankSpec]:
                 comm_us=float(comm + spin + (0 if mine or not comm else wait)),
                 overlap_us=float(hidden + spin if comm else 0),
                 hostname=f"node{rank // p.gpus_per_node:04d}",
+                messages=messages(p, strategy, workers, st.collectives),
             )
         )
     return out
+
+
+def messages(
+    p: ModelParams, strategy: str, workers: int, calls: int
+) -> tuple[tuple[str, int, int], ...]:
+    """The step's collectives (collective, input and output fp32 elements): the gradient
+    split evenly into ``calls`` all-reduce buckets (the rest in the last), or DeepSpeed's
+    reduce-scatter of it then all-gather back (none with one worker)."""
+    elems = round(p.grad_mb * 1e6 / 4)
+    if workers <= 1 or calls <= 0:
+        return ()
+    if strategy == "deepspeed":
+        shard = elems // workers
+        return (("reduce_scatter", shard * workers, shard), ("allgather", shard, shard * workers))
+    each = elems // calls
+    sizes = [each] * (calls - 1) + [elems - each * (calls - 1)]
+    return tuple(("allreduce", n, n) for n in sizes)
 
 
 def placed(specs: list[RankSpec], start_ms: int, end_ms: int, at_s: float) -> list[RankSpec]:

@@ -34,6 +34,18 @@ COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("file", "File", "text"),
 )
 
+# the collectives table: per rank, collective and group size (traces/collectives.py)
+COLLECTIVE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("rank", "Rank", "int"),
+    ("collective", "Collective", "text"),
+    ("group_size", "Group", "int"),
+    ("count", "Kernels", "int"),
+    ("bytes", "Bytes", "int"),
+    ("time_s", "Kernel time", "s"),
+    ("algbw_gbps", "algbw GB/s", "gbps"),
+    ("busbw_gbps", "busbw GB/s", "gbps"),
+)
+
 
 def _cell(value: Any, kind: str) -> str:
     if value is None:
@@ -42,7 +54,7 @@ def _cell(value: Any, kind: str) -> str:
         return str(int(value))
     if kind == "s":
         return f"{value:.4f} s"
-    if kind == "pct":
+    if kind == "pct" or kind == "gbps":
         return f"{value:.2f}"
     return str(value)
 
@@ -66,12 +78,29 @@ def layout(traces: TraceSet) -> Layout:
             Notes(
                 "Stragglers", straggling or ["none: no rank lags the others beyond their spread"]
             ),
-        )
+        ),
+        collectives_table(traces),
     ]
     if traces.warnings:
         items = [shorten(mask_text(str(w)), MAX_LINE) for w in traces.warnings]
         blocks.append(Notes("Warnings", items, warning=True))
     return Layout(blocks)
+
+
+def collectives_table(traces: TraceSet) -> Table:
+    """Per rank, collective and group size: kernels, bytes, kernel time, algbw and busbw."""
+    rows = [
+        [shorten(mask_text(_cell(row[n], k))) for n, _, k in COLLECTIVE_COLUMNS]
+        for row in traces.collectives()
+    ]
+    return Table(
+        "collectives",
+        "Collectives, per rank (bandwidth over kernel time; busbw as nccl-tests counts it)",
+        [h for _, h, _ in COLLECTIVE_COLUMNS],
+        rows,
+        [k != "text" for _, _, k in COLLECTIVE_COLUMNS],
+        "No collective kernel in the traces.",
+    )
 
 
 def write(traces: TraceSet, fmt: str) -> str:

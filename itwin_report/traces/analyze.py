@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from itwin_report.analysis.outliers import Straggler, lagging
+from itwin_report.traces import collectives
 from itwin_report.traces.kinds import PERCENTS, SECONDS
 from itwin_report.traces.match import (
     Match,
@@ -63,9 +64,14 @@ class TraceSet:
     stragglers: list[dict[str, object]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
 
+    def collectives(self) -> list[dict[str, object]]:
+        """Per rank, collective and group size: count, bytes, kernel time, algbw, busbw."""
+        return [{"rank": r.rank, **row} for r in self.ranks for row in r.collectives]
+
     def to_dict(self) -> dict[str, object]:
         return {
             "ranks": [r.row() for r in self.ranks],
+            "collectives": self.collectives(),
             "stragglers": self.stragglers,
             "warnings": [str(w) for w in self.warnings],
         }
@@ -102,6 +108,8 @@ def read_one(path: Path) -> RankTimeline | str:
     if timeline.rank is None:
         timeline.rank = rank_from_name(path)
     timeline.first_ns = wall_clock(raw, timeline.start_ns)
+    if raw.collectives is not None:
+        timeline.collectives = collectives.rows(raw.collectives)
     return timeline
 
 
@@ -164,6 +172,17 @@ def analyze_traces(paths: Iterable[Path], jobs: int | None = None) -> TraceSet:
         else:
             out.ranks.append(result)
             out.warnings += [Note(f"{path}: {n}", TABLE, "window") for n in result.notes]
+            unsized = collectives.unsized(result.collectives)
+            if unsized:
+                out.warnings.append(
+                    Note(
+                        f"{path}: {plural(unsized, 'collective kernel')} without message sizes "
+                        "in its args (launched before the profiling window, or an older "
+                        "trace): bytes and bandwidth unknown",
+                        TABLE,
+                        "unsized",
+                    )
+                )
             if result.rank is None:
                 out.warnings.append(
                     Note(

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from itwin_report.traces.collectives import MAX_NAME, MAX_NAMES, UNKNOWN, canonical
 from itwin_report.traces.kinds import (
     COMMUNICATION,
     DEVICE_STEP,
@@ -39,7 +40,10 @@ class Columns:
     start, duration, kind and correlation; per host event with a correlation (``h_``) its
     correlation and start; per ``ProfilerStep`` annotation (``s_``) its start, duration,
     number and whether it is the device-side one (``gpu_user_annotation``); per CPU operator
-    (``o_``) its start, duration and kind."""
+    (``o_``) its start, duration and kind; per communication kernel (``c_``) its duration and
+    what its args say of its message (:mod:`~itwin_report.traces.collectives`), names kept as
+    codes into ``c_names`` (at most ``MAX_NAMES`` of them, each cut to ``MAX_NAME``
+    characters: bounded memory whatever the trace holds)."""
 
     def __init__(self) -> None:
         self.k_ts, self.k_dur = array("d"), array("d")
@@ -48,6 +52,10 @@ class Columns:
         self.s_ts, self.s_dur, self.s_id = array("d"), array("d"), array("q")
         self.s_dev = array("b")
         self.o_ts, self.o_dur, self.o_kind = array("d"), array("d"), array("b")
+        self.c_dur, self.c_coll, self.c_group = array("d"), array("i"), array("q")
+        self.c_in, self.c_out, self.c_dtype = array("q"), array("q"), array("i")
+        self.c_names: list[str] = [UNKNOWN, ""]
+        self._codes: dict[str, int] = {UNKNOWN: 0, "": 1}
         self.kinds: dict[str, int] = {}
         self.op_kinds: dict[str, int] = {}
         self.events = 0
@@ -104,6 +112,8 @@ class Columns:
                 k_dur(dur)
                 k_kind(kind)
                 k_corr(corr)
+                if kind == COMMUNICATION:
+                    self.add_collective(dur, name, args if type(args) is dict else {})
                 continue
             if corr >= 0:
                 h_corr(corr)
@@ -122,6 +132,28 @@ class Columns:
                     o_dur(dur)
                     o_kind(kind)
         self.whole_ts = whole
+
+    def add_collective(self, dur: float, kernel: str, args: dict[str, Any]) -> None:
+        """One communication kernel: its duration and its args' message description."""
+        said = args.get("Collective name")
+        self.c_dur.append(dur)
+        self.c_coll.append(self.code(canonical(said if said is not None else kernel)))
+        self.c_group.append(_count(args.get("Group size")))
+        self.c_in.append(_count(args.get("In msg nelems")))
+        self.c_out.append(_count(args.get("Out msg nelems")))
+        dtype = args.get("dtype")
+        self.c_dtype.append(self.code(dtype if isinstance(dtype, str) else ""))
+
+    def code(self, name: str) -> int:
+        """``name``'s index in ``c_names`` (added when new and there is room, else 0)."""
+        name = name[:MAX_NAME]
+        found = self._codes.get(name)
+        if found is None:
+            if len(self.c_names) >= MAX_NAMES:
+                return 0
+            found = self._codes[name] = len(self.c_names)
+            self.c_names.append(name)
+        return found
 
     def add_table(self, table: Any) -> None:
         """:meth:`add_many`'s rules on a pyarrow table of events (columns ts, dur, cat, name,
@@ -145,6 +177,7 @@ class Columns:
         self.k_dur.frombytes(dur[device].tobytes())
         self.k_kind.frombytes(kinds[name[device]].tobytes())
         self.k_corr.frombytes(corr[device].astype(np.int64).tobytes())
+        self._table_collectives(args, dur, names, name, kinds, device)
         linked = host & (corr >= 0)
         self.h_corr.frombytes(corr[linked].astype(np.int64).tobytes())
         self.h_ts.frombytes(ts[linked].tobytes())
@@ -166,6 +199,26 @@ class Columns:
         self.o_ts.frombytes(ts[op].tobytes())
         self.o_dur.frombytes(dur[op].tobytes())
         self.o_kind.frombytes(op_kinds[name[op]].tobytes())
+
+    def _table_collectives(
+        self,
+        args: list[Any],
+        dur: np.ndarray,
+        names: list[str],
+        name: np.ndarray,
+        kinds: np.ndarray,
+        device: np.ndarray,
+    ) -> None:
+        """:meth:`add_collective` for each communication kernel of a table's rows (``args``:
+        the flattened fields of :func:`~itwin_report.traces.pieces.arrow_events`)."""
+        rows = np.flatnonzero(device & (kinds[name] == COMMUNICATION))
+        if not rows.size:
+            return
+        fields = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size")
+        picked = [args[2 + i].take(rows).to_pylist() for i in range(len(fields))]
+        for j, row in enumerate(rows):
+            said = {f: v[j] for f, v in zip(fields, picked, strict=True) if v[j] is not None}
+            self.add_collective(float(dur[row]), names[name[row]], said)
 
     @staticmethod
     def _kind(name: str, cache: dict[str, int], rule: Any) -> int:
@@ -198,3 +251,9 @@ def _integer(value: Any) -> int:
         return int(value)
     except (TypeError, ValueError, OverflowError):
         return -1
+
+
+def _count(value: Any) -> int:
+    """A size in a kernel's args (elements, ranks), -1 when it is none or out of range."""
+    number = -1 if value is None else _integer(value)
+    return number if 0 <= number < 1 << 62 else -1

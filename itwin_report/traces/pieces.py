@@ -110,7 +110,18 @@ def arrow_events(text: bytes) -> Any:
 
     global ARROW_SCHEMA
     if ARROW_SCHEMA is None:
-        args = pa.struct([("stream", pa.int64()), ("correlation", pa.int64())])
+        args = pa.struct(
+            [
+                ("stream", pa.int64()),
+                ("correlation", pa.int64()),
+                # a communication kernel's message (PyTorch 2.x; traces/collectives.py)
+                ("Collective name", pa.string()),
+                ("In msg nelems", pa.int64()),
+                ("Out msg nelems", pa.int64()),
+                ("dtype", pa.string()),
+                ("Group size", pa.int64()),
+            ]
+        )
         ARROW_SCHEMA = pa.schema(
             [
                 ("ts", pa.float64()),

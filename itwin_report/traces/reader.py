@@ -8,10 +8,11 @@ cannot take whole, is read again by ijson's streaming parser
 need is kept, in typed arrays (:mod:`~itwin_report.traces.columns`, which states which event is
 what): per device event its start, duration, kind and correlation; per host event with a
 correlation its start; the ``ProfilerStep#N`` annotations; per CPU operator its start, duration
-and kind. Memory stays a small multiple of the kept events, whatever the size of the file. The
-top-level metadata (``distributedInfo``, ``deviceProperties``, ``baseTimeNanoseconds``) is read
-from the bytes before the events and after them (:mod:`~itwin_report.traces.source`), so a
-well-formed file is read once.
+and kind; per communication kernel its duration and message (collective, elements, dtype, group
+size: :mod:`~itwin_report.traces.collectives`). Memory stays a small multiple of the kept
+events, whatever the size of the file. The top-level metadata (``distributedInfo``,
+``deviceProperties``, ``baseTimeNanoseconds``) is read from the bytes before the events and
+after them (:mod:`~itwin_report.traces.source`), so a well-formed file is read once.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from itwin_report.traces.collectives import CollectiveKernels
 from itwin_report.traces.columns import Columns
 from itwin_report.traces.kinds import (
     COMMUNICATION,
@@ -76,6 +78,7 @@ class RawTrace:
     op_ts: np.ndarray = field(default_factory=lambda: np.empty(0))
     op_dur: np.ndarray = field(default_factory=lambda: np.empty(0))
     op_kind: np.ndarray = field(default_factory=lambda: np.empty(0, np.int8))
+    collectives: CollectiveKernels | None = None  # the communication kernels' messages
     events: int = 0  # events read (all of them)
     bytes_read: int = 0  # uncompressed bytes
     fractional: bool = True  # some event's time is fractional or missing: HTA rounds (see timeline)
@@ -129,6 +132,15 @@ def read_trace(path: Path) -> RawTrace:
         op_ts=np.frombuffer(columns.o_ts, dtype=np.float64),
         op_dur=np.frombuffer(columns.o_dur, dtype=np.float64),
         op_kind=np.frombuffer(columns.o_kind, dtype=np.int8),
+        collectives=CollectiveKernels(
+            dur_us=np.frombuffer(columns.c_dur, dtype=np.float64),
+            collective=np.frombuffer(columns.c_coll, dtype=np.int32),
+            group=np.frombuffer(columns.c_group, dtype=np.int64),
+            in_elems=np.frombuffer(columns.c_in, dtype=np.int64),
+            out_elems=np.frombuffer(columns.c_out, dtype=np.int64),
+            dtype=np.frombuffer(columns.c_dtype, dtype=np.int32),
+            names=columns.c_names,
+        ),
         events=columns.events,
         bytes_read=read,
         fractional=not columns.whole_ts,

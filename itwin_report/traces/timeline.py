@@ -63,6 +63,9 @@ class RankTimeline:
     # say; set by the reader's caller (traces/analyze.py), which has the raw events, for
     # matching a trace to the MLflow run it was recorded in
     first_ns: float = float("nan")
+    # per collective and group size of the trace's communication kernels (every one, the
+    # window aside): traces/collectives.py's rows, set by the reader's caller too
+    collectives: list[dict[str, object]] = field(default_factory=list)
 
     def row(self) -> dict[str, object]:
         """The JSON row of ``analyze-traces``."""
