@@ -214,6 +214,7 @@ MUTANTS = (
     ),
     Mutant(
         "M23",
+        "a redirect to another origin followed",
         "itwin_report/store/http.py",
         "if origin(target) != origin(self.base):",
         "if origin(target) == ('', '', None):",
@@ -266,6 +267,22 @@ MUTANTS = (
         "mean.terms = [(c / k, key, cell) for r in tested for c, key, cell in r.terms]",
         "mean.terms = [(c, key, cell) for r in tested for c, key, cell in r.terms]",
         ("tests/test_compare_noise.py",),
+    ),
+    Mutant(
+        "M30",
+        "all-reduce's busbw factor (n-1)/n, as all-gather's, instead of 2(n-1)/n",
+        "itwin_report/traces/collectives.py",
+        "return 2 * (n - 1) / n",
+        "return (n - 1) / n",
+        ("tests/test_traces_collectives.py",),
+    ),
+    Mutant(
+        "M31",
+        "a message's bytes from its input buffer only (an all-gather's output ignored)",
+        "itwin_report/traces/collectives.py",
+        "elems = max(in_elems, out_elems)",
+        "elems = in_elems",
+        ("tests/test_traces_collectives.py",),
     ),
 )
 
