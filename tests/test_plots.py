@@ -299,10 +299,10 @@ def test_no_store_value_is_read_as_mathtext(tmp_path: Path) -> None:
     for name, found in texts.items():
         assert not [t for t in found if is_math_text(t)], name
     legend = [t.get_text() for t in plots.figures["prediction"].axes[0].get_legend().get_texts()]
-    assert "\\$x^{2}\\$ measured" in legend and "\\$\\notacommand{x}\\$ measured" in legend
+    assert "\\$x^{2}\\$ (Amdahl)" in legend and "\\$\\notacommand{x}\\$ (Amdahl)" in legend
     svg = figure_svg(plots.figures["prediction"], "prediction")
-    assert "$x^{2}$ measured" in svg and "$\\notacommand{x}$ measured" in svg
-    assert "a\\$b$ measured" in svg  # drawn as typed: the backslash stays
+    assert "$x^{2}$ (Amdahl)" in svg and "$\\notacommand{x}$ (Amdahl)" in svg
+    assert "a\\$b$ (Amdahl)" in svg  # drawn as typed: the backslash stays
     paths = save_figures(plots.figures, tmp_path, "png")  # drawing parses every text
     assert len(paths) == len(plots.figures)
 

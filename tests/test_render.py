@@ -371,14 +371,17 @@ def test_styled_table_cuts_no_cell_at_120_columns(monkeypatch: pytest.MonkeyPatc
 
 
 def test_column_widths_give_each_column_its_longest_word() -> None:
-    from itwin_report.render.styled import column_widths
+    """Each column gets at least its narrowest (longest word, or whole number cell), then the
+    room left goes to whole cells first, then to whole headers."""
+    from itwin_report.render.styled import widths_for
 
-    headers = ["Name", "Efficiency (throughput)"]
-    rows = [["performance.json", "90.3 %"]]
-    assert column_widths(headers, rows, 60, 3) == (True, None)  # fits as it is
-    fits, widths = column_widths(headers, rows, 30, 1)
-    assert fits and widths is not None and widths[0] == 16 and 12 <= widths[1] <= 13
-    assert column_widths(headers, rows, 20, 1) == (False, None)  # even words do not fit
+    # (narrowest, cells whole, natural): a name of 16, "Efficiency (throughput)" over "90.3 %"
+    limits = [(16, 16, 16), (12, 12, 23)]
+    assert widths_for(limits, 39) == [16, 23]  # fits as it is
+    assert widths_for(limits, 30) == [16, 14]  # the header folds
+    assert widths_for(limits, 27) is None  # even the narrowest do not fit
+    # a text cell wraps only when the room is short: cells whole before headers
+    assert widths_for([(5, 13, 13), (8, 8, 20)], 25) == [13, 12]
 
 
 # ---- help texts a pip user reads ----

@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from itwin_report.plots import fit
 from itwin_report.plots.figures import _figure, _group_positions, _strategy_labels, label
 
 if TYPE_CHECKING:
@@ -96,13 +97,14 @@ def breakdown_figure(report: Report) -> Figure | None:
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     _verdicts(ax, xs, bottoms, [row["bound_by"] for row in rows])
     ax.set_xticks(xs, [str(int(row["workers"])) for row in rows])
-    _strategy_labels(ax, xs, strategies)
     ax.set_ylabel("Seconds per run")
     ax.set_ylim(0, max(bottoms) * 1.6 if max(bottoms) > 0 else 1.0)
     handles, texts = ax.get_legend_handles_labels()  # listed top to bottom, as stacked
-    ax.legend(
+    legend = ax.legend(
         handles[::-1], texts[::-1], loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize="small"
     )
+    fit.legend_beside(fig, ax, legend)
+    _strategy_labels(ax, xs, strategies)
     return fig
 
 

@@ -6,6 +6,7 @@ Light module: matplotlib is imported inside functions.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from itwin_report.plots.figures import (
@@ -17,6 +18,7 @@ from itwin_report.plots.figures import (
     label,
     strategy_colors,
 )
+from itwin_report.plots.fit import legend_beside, point_labels
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -53,6 +55,7 @@ def prediction_figure(report: Report) -> Figure | None:
     colors = strategy_colors(report)
     fig, ax = _figure("Epoch time: measured, fitted and predicted")
     ticks: set[int] = set()
+    key = Key()
     for sm in analysis.fits:
         mine = answered[answered["strategy"] == sm.strategy]
         if mine.empty:
@@ -62,7 +65,7 @@ def prediction_figure(report: Report) -> Figure | None:
         measured = {int(w): float(t) for w, t in zip(sm.workers, sm.times, strict=True)}
         all_w = sorted(set(measured) | {int(w) for w in table["workers"]})
         last, top = float(max(all_w)), float(mine["workers"].max())
-        ax.plot(sm.workers, sm.times, "o", color=color, label=label(f"{sm.strategy} measured"))
+        ax.plot(sm.workers, sm.times, "o", color=color)
         left_out = table[~table["workers"].isin(list(measured))]
         if len(left_out):
             ax.plot(
@@ -71,22 +74,25 @@ def prediction_figure(report: Report) -> Figure | None:
                 "o",
                 mfc="none",
                 color=color,
-                label=label(f"{sm.strategy} measured, input-bound (not fitted)"),
             )
+            key.left_out = True
         cap = analysis.ceilings.get(sm.strategy)
 
         if sm.chosen is not None:
             fit = sm.fits[sm.chosen]
             grid = np.geomspace(float(sm.workers.min()), max(top, last), 80)
             name = {"amdahl": "Amdahl", "usl": "USL"}[fit.model]
-            fitted = label(f"{sm.strategy} {name} fit")
-            ax.plot(grid, _capped(fit.predict(grid), cap), "-", color=color, label=fitted)
+            ax.plot(grid, _capped(fit.predict(grid), cap), "-", color=color)
+            key.strategies.append((label(f"{sm.strategy} ({name})"), color))
             beyond = np.geomspace(last, max(top, last), 40)
             bounds = np.array([fit.interval(float(w))[1:] for w in beyond])
             low_b, high_b = _capped(bounds[:, 0], cap), _capped(bounds[:, 1], cap)
             ax.fill_between(beyond, low_b, high_b, color=color, alpha=0.15)
+        else:
+            key.strategies.append((label(sm.strategy), color))
         if cap is not None:
             ax.hlines(cap.floor_s, float(cap.workers), top, colors=color, linestyles=":")
+            key.ceiling = True
         low = mine["low_s"].fillna(mine["avg_epoch_time_s"])
         high = mine["high_s"].fillna(mine["avg_epoch_time_s"])
         ax.errorbar(
@@ -100,15 +106,54 @@ def prediction_figure(report: Report) -> Figure | None:
             mfc="none",
             color=color,
             capsize=4,
-            label=label(f"{sm.strategy} predicted (95 %)"),
         )
         ax.axvspan(last, max(top, last), color="0.9", zorder=0)
         ticks |= set(all_w) | {int(w) for w in mine["workers"]}
     _worker_ticks(ax, sorted(ticks))
     _plain_log_y(ax)
     ax.set_ylabel("Average epoch time (s)")
-    ax.legend(fontsize="small")
+    handles, texts = key.entries()
+    legend = ax.legend(
+        handles, texts, fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0)
+    )
+    legend_beside(fig, ax, legend)
     return fig
+
+
+@dataclass
+class Key:
+    """The prediction figure's legend: one entry per strategy (its colour, its model), then
+    what each mark means, in black, once."""
+
+    strategies: list[tuple[str, str]] = field(default_factory=list)
+    left_out: bool = False
+    ceiling: bool = False
+
+    def entries(self) -> tuple[list[Any], list[str]]:
+        from matplotlib.lines import Line2D
+        from matplotlib.patches import Patch
+
+        ink = "black"
+        rows: list[tuple[Any, str]] = [
+            (Line2D([], [], color=c, marker="o"), name) for name, c in self.strategies
+        ]
+        rows.append((Line2D([], [], color=ink, marker="o", ls="none"), "measured"))
+        if self.left_out:
+            rows.append(
+                (
+                    Line2D([], [], color=ink, marker="o", mfc="none", ls="none"),
+                    "input-bound, not fitted",
+                )
+            )
+        rows.append((Line2D([], [], color=ink), "model fit"))
+        rows.append(
+            (Line2D([], [], color=ink, marker="s", mfc="none", ls="none"), "predicted (95 %)")
+        )
+        rows.append((Patch(color=ink, alpha=0.15), "95 % prediction band"))
+        rows.append((Patch(color="0.9"), "beyond the measured counts"))
+        if self.ceiling:
+            rows.append((Line2D([], [], color=ink, ls=":"), "input ceiling"))
+        return [h for h, _ in rows], [t for _, t in rows]
 
 
 def pareto_figure(report: Report) -> Figure | None:
@@ -133,15 +178,6 @@ def pareto_figure(report: Report) -> Figure | None:
             label=label(strategy),
             zorder=3,
         )
-    order = {s: i for i, s in enumerate(sorted({p.strategy for p in pts}))}
-    for p in pts:  # each strategy's labels at its own height: near points stay readable
-        ax.annotate(
-            label(f"{p.strategy}×{p.workers}"),
-            (p.time, p.energy),
-            xytext=(5, 8 * order[p.strategy] - 6),
-            textcoords="offset points",
-            fontsize=7,
-        )
     front = decision.pareto
     ax.plot(
         list(front["epoch_time_s"]),
@@ -165,5 +201,11 @@ def pareto_figure(report: Report) -> Figure | None:
     ax.margins(x=0.15, y=0.1)
     ax.set_xlabel("Epoch time after warm-up (s)")
     ax.set_ylabel("Energy per epoch (Wh, all GPUs)")
-    ax.legend(loc="upper right", fontsize=8)
+    legend = ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
+    legend_beside(fig, ax, legend)
+    point_labels(  # each label beside its own point, clear of the others
+        ax,
+        [(p.time, p.energy) for p in pts],
+        [label(f"{p.strategy}×{p.workers}") for p in pts],
+    )
     return fig

@@ -1,16 +1,20 @@
 """One definition per figure of a report (matplotlib object API, Agg canvas; no pyplot state).
 
 Figures are laid out once with fixed margins (no layout engine, no tight bounding box), so
-saving draws each figure a single time. Store values (strategy names) reach matplotlib only
-through :func:`label`, which keeps ``$`` from starting mathtext and caps their length.
+saving draws each figure a single time; where a legend, a title or group labels need more room,
+:mod:`.fit` measures them once and moves the margins before the figure is saved. Store values
+(strategy names) reach matplotlib only through :func:`label`, which keeps ``$`` from starting
+mathtext and caps their length.
 
 Light module: matplotlib is imported inside functions.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from itwin_report.plots import fit
 from itwin_report.util.text import plural
 
 if TYPE_CHECKING:
@@ -34,10 +38,12 @@ PALETTE = (
 )
 IDEAL_COLOR = "0.4"
 FIGSIZE = (7.5, 4.8)
+DPI = 120  # of the files, and of the figures as they are laid out: texts measure as drawn
 # fixed margins (fractions of the figure): room for a two-line title, tick labels, and a
 # legend outside the axes on the right for bar charts
 MARGINS = {"left": 0.1, "right": 0.97, "bottom": 0.11, "top": 0.86}
 OUTSIDE_LEGEND_RIGHT = 0.8
+GROUP_LABEL_BELOW = 19.0  # points from the x axis down to the strategy names under bar groups
 
 
 def label(text: object) -> str:
@@ -53,11 +59,31 @@ def label(text: object) -> str:
 
 
 def strategy_colors(report: Report) -> dict[str, str]:
-    """One fixed colour per strategy: sorted names mapped onto the palette."""
+    """One colour per strategy of the report (:func:`colors_for` its strategies)."""
     names: set[str] = set()
     for frame in (report.epoch_time, report.gpu, report.computation, report.throughput):
         names |= {str(s) for s in frame["strategy"]}
-    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(sorted(names))}
+    return colors_for(names)
+
+
+# itwinai's strategies keep their colour in every report, whichever others are beside them
+KNOWN_COLORS = {
+    "deepspeed": PALETTE[0],
+    "horovod": PALETTE[1],
+    "torch-ddp": PALETTE[3],
+    "non-distributed": PALETTE[7],
+}
+
+
+def colors_for(names: Iterable[str]) -> dict[str, str]:
+    """A colour per strategy name, decided by the set of names alone (never by the order they
+    come in): itwinai's strategies have their own (:data:`KNOWN_COLORS`); the others, sorted,
+    take the palette's other colours in turn."""
+    names = set(names)
+    known = {n: KNOWN_COLORS[n] for n in names if n in KNOWN_COLORS}
+    free = [c for c in PALETTE if c not in known.values()]
+    others = sorted(names - set(known))
+    return {**known, **{n: free[i % len(free)] for i, n in enumerate(others)}}
 
 
 def _figure(title: str, **margins: float) -> tuple[Figure, Axes]:
@@ -65,7 +91,7 @@ def _figure(title: str, **margins: float) -> tuple[Figure, Axes]:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    fig = Figure(figsize=FIGSIZE)
+    fig = Figure(figsize=FIGSIZE, dpi=DPI)
     FigureCanvasAgg(fig)
     fig.subplots_adjust(**{**MARGINS, **margins})
     ax = fig.add_subplot()
@@ -94,13 +120,14 @@ def _warmup_caption(ax: Axes, report: Report) -> None:
 
 
 def _plain_log_y(ax: Axes, base: int = 10) -> None:
-    """Log y axis labelled with plain numbers (12, 20, 50), not powers."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+    """Log y axis labelled with plain round numbers (12, 20, 30, 50), not powers, with ticks
+    across the whole range however narrow (:func:`~itwin_report.plots.fit.log_ticks`)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
 
     ax.set_yscale("log", base=base)
-    subs = (1.0, 2.0, 5.0) if base == 10 else (1.0,)
-    ax.yaxis.set_major_locator(LogLocator(base=base, subs=subs))
+    ax.yaxis.set_major_locator(fit.log_locator(base))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_locator(NullLocator())
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
@@ -293,7 +320,8 @@ def _grouped_bars(
     ax.set_xlabel("Workers (GPUs)")
     ax.set_ylabel(ylabel)
     ax.set_ylim(0, float(known[column].max()) * 1.2)
-    ax.legend(title="Strategy", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    legend = ax.legend(title="Strategy", loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fit.legend_beside(fig, ax, legend)
     return fig
 
 
@@ -324,19 +352,25 @@ def _group_positions(strategies: list[str]) -> list[float]:
 
 
 def _strategy_labels(ax: Axes, xs: list[float], strategies: list[str]) -> None:
-    """Each strategy's name in bold under its group of bars, and the axis label saying so."""
+    """Each strategy's name in bold under its group of bars, fitted side by side, and the axis
+    label saying so."""
+    ax.set_xlabel("Workers (GPUs), grouped by strategy", labelpad=2)
+    texts = []
     for strategy in dict.fromkeys(strategies):
         group = [x for x, s in zip(xs, strategies, strict=True) if s == strategy]
-        ax.text(
-            sum(group) / len(group),
-            -0.09,
-            label(strategy),
-            transform=ax.get_xaxis_transform(),
-            ha="center",
-            va="top",
-            fontweight="bold",
+        texts.append(
+            ax.annotate(
+                label(strategy),
+                (sum(group) / len(group), 0),
+                xycoords=ax.get_xaxis_transform(),
+                xytext=(0, -GROUP_LABEL_BELOW),
+                textcoords="offset points",
+                ha="center",
+                va="top",
+                fontweight="bold",
+            )
         )
-    ax.set_xlabel("Workers (GPUs), grouped by strategy", labelpad=22)
+    fit.group_labels(ax.figure, ax, texts, GROUP_LABEL_BELOW)  # type: ignore[arg-type]
 
 
 def computation_figure(report: Report) -> Figure | None:
@@ -367,10 +401,11 @@ def computation_figure(report: Report) -> Figure | None:
     bottoms = [a + b for a, b in zip(comp, comm, strict=True)]
     ax.bar(xs, other, bottom=bottoms, color="white", edgecolor="black", hatch="//", label="other")
     ax.set_xticks(xs, [str(int(w)) for w in table["workers"]])
-    _strategy_labels(ax, xs, strategies)
     ax.set_ylabel("Fraction of GPU time")
     ax.set_ylim(0, 1)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    legend = ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fit.legend_beside(fig, ax, legend)
+    _strategy_labels(ax, xs, strategies)
     return fig
 
 

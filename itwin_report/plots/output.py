@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from itwin_report.report import Report
 
 SAVE_FORMATS = ("png", "svg", "pdf")
-DPI = 120
+DPI = f.DPI
 
 FIGURES: dict[str, Callable[[Report], Figure | None]] = {
     "epoch_time": f.epoch_time_figure,
