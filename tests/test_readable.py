@@ -364,6 +364,7 @@ def test_tables_are_narrower_than_before_on_80_columns(reports: dict[str, Any]) 
     table (throughput) is split in two, each part repeating strategy and workers, and the
     columns without a value (the trace shares of the time breakdown) are named, not drawn."""
     text = on_terminal(reports["short"], 80)
+    assert max(len(line) for line in text.splitlines()) == 80
     assert "Throughput (1 of 2)" in text and "Throughput (2 of 2)" in text
     second = text.split("Throughput (2 of 2)")[1].splitlines()[1]
     assert second.split()[:3] == ["Strategy", "│", "Workers"]

@@ -284,6 +284,14 @@ MUTANTS = (
         "elems = in_elems",
         ("tests/test_traces_collectives.py",),
     ),
+    Mutant(
+        "M32",
+        "terminal tables never narrower than 100 columns (every line wraps at 80)",
+        "itwin_report/render/styled.py",
+        "width = max(MIN_WIDTH, width)",
+        "width = max(100, width)",
+        ("tests/test_readable.py::test_tables_are_narrower_than_before_on_80_columns",),
+    ),
 )
 
 
