@@ -111,26 +111,45 @@ def _two_lines(name: str) -> str:
 
 def group_labels(fig: Figure, ax: Axes, texts: Sequence[Any], below: float) -> None:
     """Group labels under the axes (annotations ``below`` points under the x axis), made to
-    fit side by side: as they are, else each in two lines, else smaller, else on two
-    alternating rows. The x axis' label moves under them and the bottom margin grows to hold
-    it. A label is never cut short."""
+    fit side by side: as they are, else those that collide in two lines, else all in two
+    lines, else smaller, else on two alternating rows. The x axis' label moves under them and
+    the bottom margin grows to hold it. A label is never cut short."""
     if not texts:
         return
     names = [t.get_text() for t in texts]
-    split = [_two_lines(n) for n in names]
-    for shown, size, rows in ((names, 10.0, 1), (split, 10.0, 1), (split, 8.0, 1), (split, 8.0, 2)):
-        for t, name in zip(texts, shown, strict=True):
-            t.set_text(name)
-            t.set_fontsize(size)
-            t.xyann = (0.0, -below)
-        if rows > 1:
-            drop = max(extent(t, fig).height for t in texts) * 72.0 / fig.dpi + 2
-            for t in texts[1::2]:
-                t.xyann = (0.0, -below - drop)
-        boxes = [extent(t, fig) for t in texts]
-        edges = all(b.x0 >= PAD / 2 and b.x1 <= fig.bbox.width - PAD / 2 for b in boxes)
-        if edges and not _any_overlap(boxes, GROUP_GAP):
-            break
+    crowded = _crowded(fig, texts, names, 10.0, 1, below)
+    if crowded:
+        some = [_two_lines(n) if i in crowded else n for i, n in enumerate(names)]
+        split = [_two_lines(n) for n in names]
+        for shown, size, rows in ((some, 10, 1), (split, 10, 1), (split, 8, 1), (split, 8, 2)):
+            if not _crowded(fig, texts, shown, size, rows, below):
+                break
+    _below(fig, ax, texts)
+
+
+def _crowded(
+    fig: Figure, texts: Sequence[Any], shown: list[str], size: float, rows: int, below: float
+) -> set[int]:
+    """Set the labels' texts, size and rows; the labels that meet another or an edge."""
+    for t, name in zip(texts, shown, strict=True):
+        t.set_text(name)
+        t.set_fontsize(size)
+        t.xyann = (0.0, -below)
+    if rows > 1:
+        drop = max(extent(t, fig).height for t in texts) * 72.0 / fig.dpi + 2
+        for t in texts[1::2]:
+            t.xyann = (0.0, -below - drop)
+    boxes = [extent(t, fig) for t in texts]
+    bad = {i for i, b in enumerate(boxes) if b.x0 < PAD / 2 or b.x1 > fig.bbox.width - PAD / 2}
+    for i, a in enumerate(boxes):
+        for j in range(i + 1, len(boxes)):
+            if overlap(a, boxes[j], GROUP_GAP):
+                bad |= {i, j}
+    return bad
+
+
+def _below(fig: Figure, ax: Axes, texts: Sequence[Any]) -> None:
+    """Move the x axis' label under the group labels, and grow the bottom margin to hold it."""
     lowest = min(extent(t, fig).y0 for t in texts)
     xlabel = _xlabel(ax, fig)
     if xlabel.y1 > lowest - 2:
@@ -145,10 +164,6 @@ def _xlabel(ax: Axes, fig: Figure) -> Bbox:
     drawn: under its tick labels, ``labelpad`` points lower)."""
     ax.xaxis.get_tightbbox(renderer(fig))
     return extent(ax.xaxis.label, fig)
-
-
-def _any_overlap(boxes: list[Bbox], gap: float) -> bool:
-    return any(overlap(a, b, gap) for i, a in enumerate(boxes) for b in boxes[i + 1 :])
 
 
 # distances of a point's label from the point (points), nearest first; far ones get a leader
