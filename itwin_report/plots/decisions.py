@@ -65,7 +65,8 @@ def prediction_figure(report: Report) -> Figure | None:
         measured = {int(w): float(t) for w, t in zip(sm.workers, sm.times, strict=True)}
         all_w = sorted(set(measured) | {int(w) for w in table["workers"]})
         last, top = float(max(all_w)), float(mine["workers"].max())
-        ax.plot(sm.workers, sm.times, "o", color=color)
+        # each mark keeps its own label (what it is); the legend is the key below
+        ax.plot(sm.workers, sm.times, "o", color=color, label=label(f"{sm.strategy} measured"))
         left_out = table[~table["workers"].isin(list(measured))]
         if len(left_out):
             ax.plot(
@@ -74,6 +75,7 @@ def prediction_figure(report: Report) -> Figure | None:
                 "o",
                 mfc="none",
                 color=color,
+                label=label(f"{sm.strategy} measured, input-bound (not fitted)"),
             )
             key.left_out = True
         cap = analysis.ceilings.get(sm.strategy)
@@ -82,7 +84,8 @@ def prediction_figure(report: Report) -> Figure | None:
             fit = sm.fits[sm.chosen]
             grid = np.geomspace(float(sm.workers.min()), max(top, last), 80)
             name = {"amdahl": "Amdahl", "usl": "USL"}[fit.model]
-            ax.plot(grid, _capped(fit.predict(grid), cap), "-", color=color)
+            fitted = label(f"{sm.strategy} {name} fit")
+            ax.plot(grid, _capped(fit.predict(grid), cap), "-", color=color, label=fitted)
             key.strategies.append((label(f"{sm.strategy} ({name})"), color))
             beyond = np.geomspace(last, max(top, last), 40)
             bounds = np.array([fit.interval(float(w))[1:] for w in beyond])
@@ -106,6 +109,7 @@ def prediction_figure(report: Report) -> Figure | None:
             mfc="none",
             color=color,
             capsize=4,
+            label=label(f"{sm.strategy} predicted (95 %)"),
         )
         ax.axvspan(last, max(top, last), color="0.9", zorder=0)
         ticks |= set(all_w) | {int(w) for w in mine["workers"]}
