@@ -135,6 +135,23 @@ def test_hand_written_trace_breaks_down_as_worked_out(tmp_path: Path, gz: bool) 
     assert t.launch_lag_s == pytest.approx(2e-6)  # the all-reduce launched 2 µs into step 1
 
 
+def test_kernels_of_negative_duration_are_dropped_with_a_note(tmp_path: Path) -> None:
+    # the hand-written trace plus two impossible kernels launched in step 1 (a -500 µs one
+    # would make compute negative): dropped, the breakdown is the hand-worked one
+    events = [
+        *HAND_EVENTS,
+        _host("cudaLaunchKernel", 4, 1, 7),
+        _host("cudaLaunchKernel", 5, 1, 8),
+        _kernel("ampere_sgemm_128x64_tn", 60, -500, 7),
+        _kernel("ampere_sgemm_128x64_tn", 70, -0.5, 8),
+    ]
+    path = _write(tmp_path / "worker_3.1.pt.trace.json", {**HAND_DOC, "traceEvents": events})
+    t = analyse(read_trace(path), str(path))
+    assert t.span_s == pytest.approx(129e-6) and t.compute_s == pytest.approx(49e-6)
+    assert t.compute_pct == 37.98 and t.idle_pct == 46.51
+    assert t.notes == ["dropped 2 GPU kernel(s) with a negative duration"]
+
+
 def _device_step(n: int, ts: float, dur: float) -> dict[str, object]:
     """A device-side step annotation as Kineto writes it (no stream)."""
     event = {"ph": "X", "cat": "gpu_user_annotation", "name": f"ProfilerStep#{n}", "pid": 0}

@@ -5,6 +5,7 @@ expected number worked out in the comments)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -16,6 +17,7 @@ from itwin_report.analysis.outliers import lagging
 from itwin_report.cli import main
 from itwin_report.data.rundata import EPOCH_TIME, GPU_UTIL, RATE, RunData
 from itwin_report.emulator import kineto, mlflow_writer
+from itwin_report.report import build_report
 from itwin_report.report.breakdown import merged_stragglers, time_breakdown
 from itwin_report.report.stragglers import metric_stragglers
 
@@ -382,3 +384,24 @@ def test_emulated_traces_give_the_truths_verdicts(tmp_path: Path) -> None:
     code, out, _ = _report(uri, "--traces", str(traces))
     assert code == 0 and out.count("- straggler in torch-ddp-16") == 1
     assert "- straggler in torch-ddp-16 (2 jobs): rank 9: compute per step 1.20× the median" in out
+
+
+def test_epochs_longer_than_the_wall_time_are_dropped_with_a_warning() -> None:
+    data = _data()
+    # job a's epochs logged again at steps 3-5: 12 + 10 + 10 twice = 64 s in a 50 s wall time
+    again = pd.DataFrame(_points("a-0", EPOCH_TIME, [0, 0, 0, 12, 10, 10])[3:])
+    data.metrics = pd.concat([data.metrics, again], ignore_index=True)
+    warnings: list[str] = []
+    table = time_breakdown(data, warnings=warnings)
+    a, b = table.iloc[0], table.iloc[1]
+    # without the check: set-up 50 - 64 = -14 s; now no split, undecided, and one warning
+    assert math.isnan(a["outside_s"]) and math.isnan(a["wall_s"]) and a["bound_by"] == "undecided"
+    assert warnings == [
+        "dropped the wall-time split of run a (job a): its epochs sum to 64.0 s, more than its "
+        "wall time (50.0 s); duplicated epoch_time_s steps?"
+    ]
+    assert b["outside_s"] == 0.0  # job b (31 s in 31 s) keeps its split
+    report = build_report(data)
+    assert [(w.table, w.kind) for w in report.warnings if "wall-time split" in w] == [
+        ("time_breakdown", "dropped")
+    ]

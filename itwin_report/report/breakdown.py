@@ -183,13 +183,16 @@ def time_breakdown(
     throughput: pd.DataFrame | None = None,
     traces: pd.DataFrame | None = None,
     stragglers: pd.DataFrame | None = None,
+    warnings: list[str] | None = None,
 ) -> pd.DataFrame:
     """The "Where the time goes" table: one row per configuration with its verdict.
 
     ``traces``: per-rank trace rows with ``strategy``, ``workers`` and the ``analyze-traces``
-    columns; ``stragglers``: rows with ``strategy``, ``workers`` and ``text``.
+    columns; ``stragglers``: rows with ``strategy``, ``workers`` and ``text``. A job whose
+    epochs sum to more than its wall time (impossible: e.g. duplicated ``epoch_time_s`` steps)
+    loses its split, and ``warnings`` gets a line naming it.
     """
-    jobs = job_times(data)
+    jobs = _possible_jobs(job_times(data), data.runs, warnings if warnings is not None else [])
     rows = []
     for strategy, workers in configurations(data.runs):
         mine = jobs[(jobs["strategy"] == strategy) & (jobs["workers"] == workers)]
@@ -207,6 +210,27 @@ def time_breakdown(
         )
         rows.append(row)
     return finish(rows, COLUMNS)
+
+
+WALL_SLACK = 1.01  # epochs may exceed the wall time by rounding only
+
+
+def _possible_jobs(jobs: pd.DataFrame, runs: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    """``jobs`` with the split of every job whose epochs outlast its wall time dropped, and a
+    warning per such job naming its run."""
+    bad = (jobs["epochs_s"] > WALL_SLACK * jobs["wall_s"]).to_numpy(dtype=bool)
+    if not bad.any():
+        return jobs
+    names = runs.drop_duplicates("job_id").set_index("job_id")["run_name"]
+    for rec in jobs[bad].to_dict("records"):
+        warnings.append(
+            f"dropped the wall-time split of run {names.get(rec['job_id'], rec['job_id'])} "
+            f"(job {str(rec['job_id'])[:8]}): its epochs sum to {rec['epochs_s']:.1f} s, more "
+            f"than its wall time ({rec['wall_s']:.1f} s); duplicated epoch_time_s steps?"
+        )
+    out = jobs.copy()
+    out.loc[bad, ["wall_s", "epochs_s", "steady_s"]] = nan
+    return out
 
 
 def _trace_shares(traces: pd.DataFrame | None, strategy: str, workers: int) -> dict[str, float]:

@@ -104,6 +104,8 @@ def build_report(
     series, config, w_series = rate_series(data, rate_config)
     notes = _baseline_notes(used, thr_used, not thr.empty)
     slow = merged_stragglers(metric_stragglers(data), traces.stragglers if traces else [])
+    w_time: list[str] = []
+    breakdown = time_breakdown(data, thr, ranks, slow, w_time)
     report = Report(
         experiment=data.experiment,
         tracking_uri=data.tracking_uri,
@@ -123,6 +125,7 @@ def build_report(
             *tagged(w_thr, "throughput"),
             *tagged(w_series, "throughput"),
             *tagged(traces.warnings if traces is not None else [], "time_breakdown"),
+            *tagged(w_time, "time_breakdown", "dropped"),
         ],
         baseline=used.to_dict(),
         reasons={} if no_gpu is None else {"computation": no_gpu},
@@ -130,7 +133,7 @@ def build_report(
         data=data,
         costs=costs,
         decision=decision,
-        time_breakdown=time_breakdown(data, thr, ranks, slow),
+        time_breakdown=breakdown,
         stragglers=slow,
         trace_ranks=ranks,
     )

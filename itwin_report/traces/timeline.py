@@ -143,12 +143,13 @@ def analyse(raw: RawTrace, name: str) -> RankTimeline:
     steps_mask, steps, notes = window(raw)
     if raw.kernel_ts.size:
         device = "gpu"
+        steps_mask, notes = _possible(steps_mask, raw.kernel_dur, "GPU kernel", notes)
         ts, end = _times(raw, raw.kernel_ts[steps_mask], raw.kernel_dur[steps_mask])
         kind = raw.kernel_kind[steps_mask]
         lag = _launch_lag(raw, steps_mask)
     else:
         device = "cpu"
-        keep = _cpu_window(raw)
+        keep, notes = _possible(_cpu_window(raw), raw.op_dur, "CPU operator", notes)
         ts, end = _times(raw, raw.op_ts[keep], raw.op_dur[keep])
         kind = raw.op_kind[keep]
         lag = _cpu_launch_lag(raw, keep)
@@ -198,6 +199,18 @@ def analyse(raw: RawTrace, name: str) -> RankTimeline:
         start_ns=start_ns,
         notes=notes,
     )
+
+
+def _possible(
+    mask: np.ndarray, dur: np.ndarray, what: str, notes: list[str]
+) -> tuple[np.ndarray, list[str]]:
+    """``mask`` without the events of a negative (impossible) duration, and a note counting
+    them."""
+    negative = mask & (dur < 0)
+    n = int(negative.sum())
+    if not n:
+        return mask, notes
+    return mask & ~negative, [*notes, f"dropped {n} {what}(s) with a negative duration"]
 
 
 def _pct(part: float, whole: float) -> float:
