@@ -136,7 +136,13 @@ def test_markdown_csv_json() -> None:
     assert "## Epoch time" in md and "|---|---:|" in md and "- a \\| pipe" not in md
     assert "- a | pipe" in md  # list items need no escaping
     rows = list(csv.DictReader(io.StringIO(render(hand_report(), "csv"))))
-    assert [r["table"] for r in rows] == ["epoch_time"] * 3 + ["gpu"] * 2 + ["throughput"] * 2
+    tables = [r["table"] for r in rows if r["table"] != "summary"]
+    assert tables == ["epoch_time"] * 3 + ["gpu"] * 2 + ["throughput"] * 2
+    # the summary's lines follow the tables, each with what it answers and its section
+    summary = [(r["kind"], r["section"], r["text"]) for r in rows if r["table"] == "summary"]
+    assert summary == [
+        (x["kind"], x["table"], x["text"]) for x in report_to_dict(hand_report())["summary"]
+    ]
     assert rows[1]["efficiency"] == "0.8" and rows[1]["workers"] == "8" and rows[1]["epochs"] == "3"
     assert rows[0]["energy_wh"] == ""
     obj = json.loads(render(hand_report(), "json"))
@@ -144,9 +150,9 @@ def test_markdown_csv_json() -> None:
     assert set(obj) == {
         "tool", "schema_version", "experiment", "tracking_uri", "warmup_epochs", "epoch_time",
         "gpu", "computation", "throughput", "time_breakdown", "baseline", "warnings",
-        "warning_records", "gate", "stragglers", "trace_ranks",
+        "warning_records", "gate", "stragglers", "trace_ranks", "summary",
     }  # fmt: skip
-    assert obj["gate"] is None and obj["schema_version"] == 2
+    assert obj["gate"] is None and obj["schema_version"] == 3
     assert obj["epoch_time"][1]["std_epoch_time_s"] is None
     assert obj["throughput"][0]["input_bound"] is False
     assert obj["throughput"][1]["input_bound"] is None
@@ -284,7 +290,8 @@ def test_csv_protects_text_cells_not_numbers() -> None:
         "x\\u202egnp.exe",
     ]
     assert all(r["speedup"] == "-1.5" for r in rows if r["table"] == "epoch_time")
-    assert rows[-1]["source"] == "performance.json"
+    throughput = [r for r in rows if r["table"] == "throughput"]
+    assert throughput[-1]["source"] == "performance.json"
 
 
 def test_json_keeps_raw_values_but_masks_secrets() -> None:

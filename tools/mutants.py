@@ -292,6 +292,22 @@ MUTANTS = (
         "width = max(100, width)",
         ("tests/test_readable.py::test_tables_are_narrower_than_before_on_80_columns",),
     ),
+    Mutant(
+        "M33",
+        "weak scaling decided per epoch: configurations doing different work compared as equals",
+        "itwin_report/report/decision.py",
+        "k = 1000.0 / work.samples.get(key, math.nan) if work.per_sample else 1.0",
+        "k = 1.0",
+        ("tests/test_decisions.py",),
+    ),
+    Mutant(
+        "M34",
+        "within noise names only the runner-up, not every configuration that overlaps",
+        "itwin_report/analysis/intervals.py",
+        "return Verdict(best, tuple(within), unknown)",
+        "return Verdict(best, tuple(within[:1]), unknown)",
+        ("tests/test_decisions.py",),
+    ),
 )
 
 

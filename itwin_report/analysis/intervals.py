@@ -15,10 +15,15 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
+
+from itwin_report.util.text import joined
 
 LEVEL = 0.95
 CI_COLUMNS = ["speedup_ci_low", "speedup_ci_high", "efficiency_ci_low", "efficiency_ci_high"]
@@ -175,34 +180,83 @@ def add_intervals(table: pd.DataFrame, run_means: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def fastest_lines(run_means: pd.DataFrame) -> list[str]:
-    """Per worker count run by two strategies or more: the fastest, or "within noise".
+@dataclass(frozen=True)
+class Verdict:
+    """Which candidate has the lowest mean and which others noise cannot tell from it.
 
-    A strategy is named fastest only when the 95 % interval of its mean epoch time lies
-    entirely below every other strategy's interval at that worker count.
+    ``within_noise``: every other candidate whose 95 % interval overlaps the best's (lowest
+    mean first); ``untested``: those whose interval is unknown (a single run), or every other
+    one when the best's is; ``decided`` only when neither holds a candidate.
     """
-    lines = []
+
+    best: Any
+    within_noise: tuple[Any, ...] = ()
+    untested: tuple[Any, ...] = ()
+
+    @property
+    def decided(self) -> bool:
+        return not self.within_noise and not self.untested
+
+
+def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two known intervals (low, high) share a point; False when a bound is unknown.
+
+    With :func:`separate`, the one comparison of intervals every "within noise" reads.
+    """
+    if any(math.isnan(v) for v in (*a, *b)):
+        return False
+    return not separate(a, b)
+
+
+def best_of(candidates: Mapping[Any, tuple[float, float, float]]) -> Verdict | None:
+    """The one "within noise" rule: the candidate with the lowest mean (ties: the first given)
+    and every other whose interval overlaps its own. ``candidates``: key -> (mean, low, high);
+    NaN means are left out; None when none is known."""
+    known = {k: v for k, v in candidates.items() if not math.isnan(v[0])}
+    if not known:
+        return None
+    order = sorted(known, key=lambda k: known[k][0])  # stable: the first given wins a tie
+    best, others = order[0], order[1:]
+    mine = known[best][1:]
+    if any(math.isnan(v) for v in mine):
+        return Verdict(best, (), tuple(others))
+    unknown = tuple(k for k in others if any(math.isnan(v) for v in known[k][1:]))
+    within = [k for k in others if k not in unknown and overlap(mine, known[k][1:])]
+    return Verdict(best, tuple(within), unknown)
+
+
+def fastest_by_workers(run_means: pd.DataFrame) -> list[tuple[int, Verdict]]:
+    """Per worker count run by two strategies or more: :func:`best_of` over the 95 % intervals
+    of the strategies' per-run mean epoch times."""
+    out = []
     for workers, group in run_means.groupby("workers", sort=True):
         by = {
             str(s): mean_interval(g["avg_epoch_time_s"].to_numpy(dtype=float))
             for s, g in group.groupby("strategy", sort=True)
         }
-        if len(by) < 2:
-            continue
-        best = min(by, key=lambda s: by[s][0])
-        others = [s for s in by if s != best]
-        if any(math.isnan(by[s][1]) for s in by):
+        verdict = best_of(by) if len(by) >= 2 else None
+        if verdict is not None:
+            out.append((int(str(workers)), verdict))
+    return out
+
+
+def fastest_lines(run_means: pd.DataFrame) -> list[str]:
+    """Per worker count run by two strategies or more: the fastest, or "within noise" naming
+    every strategy whose interval overlaps the fastest's, or "cannot tell" with single runs."""
+    lines = []
+    for workers, v in fastest_by_workers(run_means):
+        head = f"Fastest strategy at {workers} GPUs:"
+        if v.untested:
             lines.append(
-                f"Fastest strategy at {workers} GPUs: cannot tell (a strategy has a single run; "
-                f"{best} has the lowest mean)"
+                f"{head} cannot tell (a strategy has a single run; {v.best} has the lowest mean)"
             )
-        elif all(by[best][2] < by[s][1] for s in others):
-            lines.append(f"Fastest strategy at {workers} GPUs: {best}")
+        elif v.within_noise:
+            lines.append(
+                f"{head} within noise ({v.best} has the lowest mean; the 95 % intervals of "
+                f"{joined(list(v.within_noise))} overlap its own)"
+            )
         else:
-            lines.append(
-                f"Fastest strategy at {workers} GPUs: within noise ({best} has the lowest "
-                "mean, but the 95 % intervals overlap)"
-            )
+            lines.append(f"{head} {v.best}")
     return lines
 
 

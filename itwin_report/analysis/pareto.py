@@ -9,8 +9,12 @@ while its marginal energy is worth its marginal speed: a step from ``a`` to the 
 gains ``t_a / t_b - 1`` speed for ``E_b / E_a - 1`` more energy, and is taken when
 ``(E_b / E_a - 1) / (t_a / t_b - 1) <= max_energy_per_speedup`` (default 1: each 1 % of speed
 may cost up to 1 % more energy). A step between two points whose 95 % intervals overlap in both
-time and energy is within noise: it is taken whatever its ratio (noise decides nothing). The
-knee is the last point reached.
+time and energy (:func:`itwin_report.analysis.intervals.overlap`, the report's one rule) is
+within noise: it is taken whatever its ratio (noise decides nothing). The knee is the last point
+reached.
+
+A point's time and energy are per unit of work: per epoch when every epoch holds the same
+samples, per 1,000 samples when they grow with the workers (weak scaling); the caller decides.
 """
 
 from __future__ import annotations
@@ -20,14 +24,17 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from itwin_report.analysis.intervals import overlap
+
 DEFAULT_MAX_ENERGY_PER_SPEEDUP = 1.0
 NAN_PAIR = (math.nan, math.nan)
 
 
 @dataclass(frozen=True)
 class Point:
-    """One configuration: epoch time (s), energy per epoch (Wh), GPU-hours per epoch, and the
-    95 % intervals (low, high) of the first two (NaN when unknown)."""
+    """One configuration: time (s), energy (Wh) and GPU-hours per unit of work, the 95 %
+    intervals (low, high) of the first two (NaN when unknown), the energy's coverage (below 1:
+    an estimate), and the set-up (s) a job pays once (NaN when unknown)."""
 
     strategy: str
     workers: int
@@ -36,6 +43,8 @@ class Point:
     gpu_hours: float = math.nan
     time_ci: tuple[float, float] = NAN_PAIR
     energy_ci: tuple[float, float] = NAN_PAIR
+    coverage: float = 1.0  # share of the job's GPUs whose energy was measured; < 1: estimated
+    setup_s: float = math.nan
 
     @property
     def key(self) -> tuple[str, int]:
@@ -115,25 +124,26 @@ def knee(
     return reached
 
 
-def within_deadline(points: Sequence[Point], seconds: float, epochs: int) -> Point | None:
-    """The configuration with the fewest GPU-hours among those that finish ``epochs`` epochs
-    within ``seconds`` (ties: less energy, then fewer workers); None when none does."""
+def needed_s(p: Point, units: float) -> float:
+    """Wall time (s) a job of ``units`` units of work takes: its set-up (0 when unknown) plus
+    ``units`` x its time per unit."""
+    return (p.setup_s if math.isfinite(p.setup_s) else 0.0) + p.time * units
+
+
+def within_deadline(points: Sequence[Point], seconds: float, units: float) -> Point | None:
+    """The configuration with the fewest GPU-hours among those whose job of ``units`` units of
+    work, set-up included (:func:`needed_s`), ends within ``seconds`` (ties: less energy, then
+    fewer workers); None when none does."""
     fits = [
-        p
-        for p in points
-        if math.isfinite(p.time) and p.time * epochs <= seconds and math.isfinite(p.gpu_hours)
+        p for p in points if math.isfinite(p.time) and p.time > 0 and needed_s(p, units) <= seconds
     ]
     if not fits:
         return None
-    return min(fits, key=lambda p: (p.gpu_hours, _or_inf(p.energy), p.workers, p.strategy))
+    return min(
+        fits,
+        key=lambda p: (needed_s(p, units) * p.workers, _or_inf(p.energy), p.workers, p.strategy),
+    )
 
 
 def _or_inf(value: float) -> float:
     return value if math.isfinite(value) else math.inf
-
-
-def overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
-    """Whether two 95 % intervals (low, high) overlap; False when a bound is unknown."""
-    if any(math.isnan(v) for v in (*a, *b)):
-        return False
-    return a[0] <= b[1] and b[0] <= a[1]

@@ -9,15 +9,30 @@ efficiency is the throughput per GPU relative to the base worker count,
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import numpy as np
 import pandas as pd
+from numpy.typing import ArrayLike
 
 MODES = ("auto", "strong", "weak")
 TOLERANCE = 0.01  # relative spread of samples per epoch (or per GPU) still called constant
 
 
-def _spread(values: np.ndarray) -> float:
-    return float((values.max() - values.min()) / values.mean()) if len(values) else np.inf
+def constant(values: ArrayLike) -> bool:
+    """The one rule for "samples per epoch are the same": their spread (max - min) is at most
+    :data:`TOLERANCE` of their mean (NaN left out; False without a value)."""
+    x = np.asarray(values, dtype=float)
+    x = x[~np.isnan(x)]
+    return bool(len(x)) and float(x.max() - x.min()) <= TOLERANCE * float(x.mean())
+
+
+def per_sample(mode: str, samples: Iterable[float]) -> bool:
+    """Whether configurations must be compared per sample, not per epoch: under weak scaling,
+    or when the samples per epoch of the configurations (NaN: unknown) are not :func:`constant`.
+    """
+    known = [v for v in samples if v == v]
+    return mode == "weak" or (len(known) > 1 and not constant(known))
 
 
 def decide(runs: pd.DataFrame, mode: str = "auto") -> tuple[str, str]:
@@ -35,8 +50,8 @@ def decide(runs: pd.DataFrame, mode: str = "auto") -> tuple[str, str]:
             continue
         total = per_workers.to_numpy(dtype=float)
         per_gpu = total / per_workers.index.to_numpy(dtype=float)
-        strong &= _spread(total) <= TOLERANCE
-        weak &= _spread(per_gpu) <= TOLERANCE
+        strong &= constant(total)
+        weak &= constant(per_gpu)
     if strong:
         return "strong", (
             "Strong scaling (auto): samples_per_epoch is the same at every worker count."

@@ -161,18 +161,22 @@ class Key:
 
 
 def pareto_figure(report: Report) -> Figure | None:
-    """Epoch time against energy per epoch: one point per configuration, labelled
-    strategy×GPUs, in its strategy's colour; the time–energy front joined, the knee ringed."""
-    from itwin_report.report.decision import points
-
+    """Time against energy per unit of work (per epoch, or per 1k samples when samples per
+    epoch vary: the decision's own points): one point per configuration, labelled
+    strategy×GPUs (``~`` before an estimated energy), in its strategy's colour; the
+    time–energy front joined, the knee ringed."""
     decision = getattr(report, "decision", None)
     if decision is None or decision.pareto.empty:
         return None
-    analysis = report.analysis
-    runs = analysis.run_means if analysis is not None else report.epoch_time.iloc[:0]
-    pts = [p for p in points(report.epoch_time, report.gpu, runs) if p.energy == p.energy]
+    pts = [p for p in decision.points if p.energy == p.energy and p.time == p.time]
+    per_epoch = decision.basis == "epoch"
     colors = strategy_colors(report)
-    fig, ax = _figure("Epoch time against energy per epoch (front joined)", right=0.97)
+    title = (
+        "Epoch time against energy per epoch"
+        if per_epoch
+        else ("Time against energy per 1k samples")
+    )
+    fig, ax = _figure(f"{title} (front joined)", right=0.97)
     for strategy in sorted({p.strategy for p in pts}):
         mine = [p for p in pts if p.strategy == strategy]
         ax.scatter(
@@ -183,9 +187,17 @@ def pareto_figure(report: Report) -> Figure | None:
             zorder=3,
         )
     front = decision.pareto
+    x, y = (
+        ("epoch_time_s", "energy_wh_per_epoch")
+        if per_epoch
+        else (
+            "time_s_per_1k_samples",
+            "energy_wh_per_1k_samples",
+        )
+    )
     ax.plot(
-        list(front["epoch_time_s"]),
-        list(front["energy_wh_per_epoch"]),
+        list(front[x]),
+        list(front[y]),
         color=IDEAL_COLOR,
         linestyle="--",
         label="time–energy front",
@@ -203,13 +215,15 @@ def pareto_figure(report: Report) -> Figure | None:
             zorder=4,
         )
     ax.margins(x=0.15, y=0.1)
-    ax.set_xlabel("Epoch time after warm-up (s)")
-    ax.set_ylabel("Energy per epoch (Wh, all GPUs)")
+    unit = "epoch" if per_epoch else "1k samples"
+    ax.set_xlabel("Epoch time after warm-up (s)" if per_epoch else "Time per 1k samples (s)")
+    estimated = "; ~ estimated" if any(p.coverage < 1 for p in pts) else ""
+    ax.set_ylabel(f"Energy per {unit} (Wh, all GPUs{estimated})")
     legend = ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     legend_beside(fig, ax, legend)
     point_labels(  # each label beside its own point, clear of the others
         ax,
         [(p.time, p.energy) for p in pts],
-        [label(f"{p.strategy}×{p.workers}") for p in pts],
+        [("~" if p.coverage < 1 else "") + label(f"{p.strategy}×{p.workers}") for p in pts],
     )
     return fig

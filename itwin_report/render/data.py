@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from itwin_report import __version__
 from itwin_report.render.analysis import json_fields, pair_intervals
+from itwin_report.render.summary import summary_records
 from itwin_report.report.columns import integer, is_missing
 from itwin_report.report.specs import TABLES
 from itwin_report.util.escape import csv_text
@@ -20,7 +21,9 @@ from itwin_report.util.notes import table_of
 if TYPE_CHECKING:
     from itwin_report.report import Report
 
-SCHEMA_VERSION = 2  # 2: base_strategy/base_workers, energy_coverage, gate, prediction notes
+# 2: base_strategy/base_workers, energy_coverage, gate, prediction notes; 3: summary records,
+# the recommendation's basis and every configuration within noise (lists)
+SCHEMA_VERSION = 3
 INTEGER_COLUMNS = sorted(
     {c.name for spec in TABLES for c in spec.columns if c.dtype == "int64" or c.fmt is integer}
 )
@@ -80,6 +83,7 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     gate = getattr(report, "gate", None)
     out["gate"] = None if gate is None else gate.to_dict()
     out.update(decision_fields(report))
+    out["summary"] = [{k: mask_text(v) for k, v in rec.items()} for rec in summary_records(report)]
     return out
 
 
@@ -138,7 +142,11 @@ def write_json(report: Report) -> str:
 
 
 def write_csv(report: Report) -> str:
-    """All tables in one CSV: a ``table`` column, then the union of the tables' columns."""
+    """Every section in one CSV: a ``table`` column naming the section of each row, then the
+    union of the sections' columns. The tables first, then (where the report has them) the
+    analysis (``scaling_models``, ``karp_flatt``, ``predictions``), the fronts (``pareto``,
+    ``pareto_gpu_hours``), the ``recommendation`` (one row per pick, per configuration within
+    noise and per sentence), the ``gate`` verdict and the ``summary`` (one row per line)."""
     import pandas as pd
 
     columns: list[str] = ["table"]
@@ -151,7 +159,42 @@ def write_csv(report: Report) -> str:
                 if isinstance(rec.get(name), str):
                     rec[name] = csv_text(mask_text(rec[name]))
             rows.append({"table": spec.name, **rec})
+    for name, records in csv_sections(report):
+        for rec in records:
+            columns += [c for c in rec if c not in columns]
+            cells = {k: csv_text(mask_text(v)) if isinstance(v, str) else v for k, v in rec.items()}
+            rows.append({"table": name, **cells})
     out = pd.DataFrame(rows, columns=columns)
     for name in INTEGER_COLUMNS:
         out[name] = pd.to_numeric(out[name]).astype("Int64")
     return str(out.to_csv(index=False, lineterminator="\n"))
+
+
+def csv_sections(report: Report) -> list[tuple[str, list[dict[str, Any]]]]:
+    """The sections beyond the tables, each as (name, JSON-safe flat records)."""
+    doc = {**json_fields(report), **decision_fields(report)}
+    out = [(k, doc.get(k) or []) for k in ("scaling_models", "karp_flatt", "predictions")]
+    out += [(k, doc.get(k) or []) for k in ("pareto", "pareto_gpu_hours")]
+    rec = doc.get("recommendation")
+    if rec:
+        picks = []
+        for role in ("fastest", "most_frugal", "knee"):
+            if rec[role] is not None:
+                picks.append({"role": role, "basis": rec["basis"], **rec[role]})
+            for other in rec.get(f"{role}_within_noise_of") or []:
+                picks.append({"role": f"{role}_within_noise_of", "basis": rec["basis"], **other})
+        if rec["deadline"] is not None and rec["deadline"]["choice"] is not None:
+            picks.append({"role": "deadline", "basis": rec["basis"], **rec["deadline"]["choice"]})
+        picks += [{"role": "sentence", "text": t} for t in rec["sentences"]]
+        out.append(("recommendation", picks))
+    gate = getattr(report, "gate", None)
+    if gate is not None:
+        verdict = gate.to_dict()
+        verdict = {k: "; ".join(v) if isinstance(v, list) else v for k, v in verdict.items()}
+        out.append(("gate", [verdict]))
+    summary = [
+        {"kind": r["kind"], "section": r["table"], "text": r["text"]}
+        for r in summary_records(report)
+    ]
+    out.append(("summary", summary))
+    return [(name, records) for name, records in out if records]

@@ -117,7 +117,6 @@ def render_html(report: Report, context: PageContext, plots: PagePlots | None = 
     for block in blocks:
         if isinstance(block, Title):
             parts.append(_title_block(block, context, title))
-            parts.append(_list_section("summary", "Summary", _summary(report)))
         elif isinstance(block, Table):
             parts.append(_table_section(block, plots, by_table.get(block.name, [])))
         elif isinstance(block, Notes) and block.title == WARNINGS:
@@ -131,12 +130,6 @@ def render_html(report: Report, context: PageContext, plots: PagePlots | None = 
             footer = block.text
     parts += [_methods(report, footer), "</main>", "</body>", "</html>", ""]
     return "\n".join(parts)
-
-
-def _summary(report: Report) -> list[str]:
-    from itwin_report.render.summary import summary_sentences
-
-    return summary_sentences(report)
 
 
 def _head(title: str) -> str:

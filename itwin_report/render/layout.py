@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from itwin_report.report import Report
 
 WARNINGS = "Warnings"  # the title of the report's warnings block
+SUMMARY = "Summary"  # the title of the summary block, first after the title
 VERDICT_WORDS = {True: "input-bound", False: "not input-bound", None: "undecided"}
 
 
@@ -113,6 +114,11 @@ def table_block(report: Report, spec: TableSpec) -> Table:
         notes = Notes("What bounds each configuration", bound_lines(report))
     if spec.name == "computation" and rows:
         notes = Notes("How computation is measured", computation_lines(report))
+    if spec.name in ("epoch_time", "gpu") and rows:
+        from itwin_report.render.summary import details
+
+        lines = [shown_line(line) for line in details(report, spec.name)]
+        notes = Notes("In short", lines) if lines else None
     return Table(
         name=spec.name,
         heading=spec.heading,
@@ -242,40 +248,49 @@ def cost_lines(report: Report) -> list[str]:
     return lines
 
 
+# the Pareto table's value columns per basis: (frame column, header, the column whose format
+# and ``~`` rule it takes)
+PARETO_SHOWN = {
+    "epoch": (
+        ("epoch_time_s", "Epoch time", ("epoch_time", "avg_epoch_time_s")),
+        ("energy_wh_per_epoch", "Energy per epoch", ("gpu", "energy_wh_per_epoch")),
+        ("gpu_hours_per_epoch", "GPU-h per epoch", ("gpu", "gpu_hours_per_epoch")),
+    ),
+    "1k samples": (
+        ("time_s_per_1k_samples", "Time per 1k samples", ("epoch_time", "avg_epoch_time_s")),
+        ("energy_wh_per_1k_samples", "Energy per 1k samples", ("gpu", "energy_wh_per_1k_samples")),
+        ("gpu_hours_per_1k_samples", "GPU-h per 1k samples", ("gpu", "gpu_hours_per_epoch")),
+    ),
+}
+
+
+def pareto_cell(name: str, table_column: tuple[str, str], row: dict) -> str:
+    """A Pareto value as its source column shows it (format, ``~`` for estimated energy)."""
+    from itwin_report.report.specs import SPECS
+
+    column = SPECS[table_column[0]].column(table_column[1])
+    return column.cell({column.name: row[name], "energy_coverage": row.get("energy_coverage")})
+
+
 def decision_blocks(report: Report) -> list[Block]:
     """The time–energy Pareto front (fastest first) and the recommendation's sentences."""
     decision = getattr(report, "decision", None)
     if decision is None or (decision.pareto.empty and not decision.sentences):
         return []
-    epoch, gpu = TABLES[0], GPU
-    fmt = [
-        epoch.column("avg_epoch_time_s").fmt,
-        gpu.column("energy_wh_per_epoch").fmt,
-        gpu.column("gpu_hours_per_epoch").fmt,
-    ]
+    shown_columns = PARETO_SHOWN[decision.basis]
     rows = [
         [shown(str(r["strategy"])), str(int(r["workers"]))]
-        + [
-            f(r[c])
-            for f, c in zip(
-                fmt, ("epoch_time_s", "energy_wh_per_epoch", "gpu_hours_per_epoch"), strict=True
-            )
-        ]
+        + [pareto_cell(name, source, r) for name, _, source in shown_columns]
         for r in decision.pareto.to_dict("records")
     ]
     blocks: list[Block] = []
     if rows:
+        per = "" if decision.basis == "epoch" else ", per 1k samples: samples per epoch vary"
         blocks.append(
             Table(
                 name="pareto",
-                heading="Time–energy Pareto front (fastest first)",
-                headers=[
-                    "Strategy",
-                    "Workers",
-                    "Epoch time",
-                    "Energy per epoch",
-                    "GPU-h per epoch",
-                ],
+                heading=f"Time–energy Pareto front (fastest first{per})",
+                headers=["Strategy", "Workers", *(header for _, header, _ in shown_columns)],
                 rows=rows,
                 right=[False, True, True, True, True],
                 empty="",
@@ -301,9 +316,18 @@ def analysis_blocks(report: Report) -> list[Block]:
     return blocks
 
 
+def summary_block(report: Report) -> Notes:
+    """The summary's top lines (:mod:`itwin_report.render.summary`): at most five decisions,
+    each naming the table its number comes from."""
+    from itwin_report.render.summary import summary_lines
+
+    return Notes(SUMMARY, [shown_line(line.text) for line in summary_lines(report)])
+
+
 def layout(report: Report) -> Layout:
     """The blocks of ``report`` in the order every writer prints them."""
     blocks: list[Block] = [Title(shown(report.experiment), mask_uri(report.tracking_uri))]
+    blocks.append(summary_block(report))
     for spec in TABLES:
         blocks.append(table_block(report, spec))
         cost = cost_block(report) if spec is GPU else None

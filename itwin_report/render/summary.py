@@ -1,5 +1,12 @@
 """Plain sentences computed from a report's tables: the summary and the methods of a page.
 
+The summary answers first: at most five lines, each a decision with its number and the table it
+comes from (the configuration to use, how far its strategy scales and at what efficiency, what
+stops it, what to book, what the gate said), read from the tables' and the recommendation's own
+columns, never worked out again. Then the details, grouped by table, each said once: the lines
+under the epoch-time and GPU tables (:func:`details`); every other table carries its own notes.
+Every writer shows them in the same order, JSON as records (:func:`summary_records`).
+
 Numbers are formatted with the tables' own formatters, so a sentence shows the same digits as
 the table it comes from. Light module: pandas is only touched through the report's frames.
 """
@@ -7,9 +14,10 @@ the table it comes from. Light module: pandas is only touched through the report
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from itwin_report.render.layout import VERDICT_WORDS, straggler_lines, warmup_line
+from itwin_report.render.layout import shown, warmup_line
 from itwin_report.report.columns import base_of
 from itwin_report.report.specs import SPECS
 
@@ -33,6 +41,11 @@ def _known(value: Any) -> bool:
     return value is not None and not (isinstance(value, float) and math.isnan(value))
 
 
+def _n(name: Any) -> str:
+    """A strategy's name in a sentence: as every writer shows a store value (masked, cut)."""
+    return shown(str(name))
+
+
 def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return [{str(k): v for k, v in rec.items()} for rec in frame.to_dict("records")]
 
@@ -48,182 +61,34 @@ def _largest(frame: pd.DataFrame, column: str) -> list[dict[str, Any]]:
     return [best[s] for s in sorted(best, key=str)]
 
 
-def _noise(report: Report, workers: int) -> str | None:
-    """How the 95 % intervals of the per-run means compare at ``workers``.
-
-    "separate" when the fastest strategy's interval lies below every other's, "overlap" when not,
-    "single" when a strategy has one run; None without per-run means (then the spreads decide).
-    """
-    analysis = getattr(report, "analysis", None)
-    if analysis is None or analysis.run_means.empty:
-        return None
-    from itwin_report.analysis.intervals import mean_interval
-
-    here = analysis.run_means[analysis.run_means["workers"] == workers]
-    bounds = {
-        str(s): mean_interval(g["avg_epoch_time_s"].to_numpy(dtype=float))
-        for s, g in here.groupby("strategy", sort=True)
-    }
-    if len(bounds) < 2:
-        return None
-    if any(math.isnan(low) for _, low, _ in bounds.values()):
-        return "single"
-    best = min(bounds, key=lambda name: bounds[name][0])
-    others = [bounds[name][1] for name in bounds if name != best]
-    return "separate" if all(bounds[best][2] < low for low in others) else "overlap"
+def _weak(report: Report) -> bool:
+    return report.analysis is not None and report.analysis.scaling == "weak"
 
 
-def fastest_sentences(report: Report) -> list[str]:
-    """The fastest strategy at each worker count measured by two strategies or more.
-
-    A strategy is called fastest only when the 95 % intervals of the per-run mean epoch times
-    separate (the rule of the JSON report's ``fastest``); otherwise the sentence says "within
-    noise", or that single runs cannot tell.
-    """
-    rows = [r for r in _records(report.epoch_time) if _known(r["avg_epoch_time_s"])]
+def efficiency_sentences(report: Report, skip: str | None = None) -> list[str]:
+    """Each strategy's efficiency (epoch time, or weak-scaling) and end-to-end throughput
+    efficiency at its largest count; ``skip``: a strategy the summary's top lines already give."""
     out = []
-    for workers in sorted({int(r["workers"]) for r in rows}):
-        here = sorted(
-            (r for r in rows if int(r["workers"]) == workers), key=lambda r: r["avg_epoch_time_s"]
-        )
-        if len(here) < 2:
-            continue
-        first, second = here[0], here[1]
-        t1, t2 = (
-            _fmt("epoch_time", "avg_epoch_time_s", first["avg_epoch_time_s"]),
-            _fmt("epoch_time", "avg_epoch_time_s", second["avg_epoch_time_s"]),
-        )
-        ratio = second["avg_epoch_time_s"] / first["avg_epoch_time_s"]
-        noise = _noise(report, workers)
-        if noise is None:
-            s1, s2 = first["std_epoch_time_s"], second["std_epoch_time_s"]
-            gap = second["avg_epoch_time_s"] - first["avg_epoch_time_s"]
-            if not (_known(s1) and _known(s2)):
-                noise = "single"
-            else:
-                noise = "overlap" if gap <= s1 + s2 else "separate"
-        if noise == "overlap":
-            out.append(
-                f"At {workers} workers, {first['strategy']} ({t1}) and {second['strategy']} ({t2})"
-                " are within noise: their 95 % intervals overlap."
-            )
-        elif noise == "single":
-            out.append(
-                f"At {workers} workers, {first['strategy']} has the lowest epoch time ({t1}; next "
-                f"is {second['strategy']} with {t2}, {ratio:.2f}x slower), but with single runs "
-                "noise cannot be ruled out."
-            )
-        else:
-            out.append(
-                f"At {workers} workers, {first['strategy']} is fastest with {t1} per epoch; "
-                f"next is {second['strategy']} with {t2} ({ratio:.2f}x slower)."
-            )
-    return out
-
-
-def efficiency_sentences(report: Report) -> list[str]:
-    """Each strategy's epoch-time (and end-to-end throughput) efficiency at its largest count."""
-    out = []
+    kind = "weak-scaling efficiency" if _weak(report) else "epoch-time efficiency"
     thr = {(r["strategy"], r["workers"]): r for r in _records(report.throughput)}
     for rec in _largest(report.epoch_time, "efficiency"):
-        base = base_of(rec)
-        base_txt = f" over {_config(rec['strategy'], base)}" if base is not None else ""
-        other = thr.get((rec["strategy"], rec["workers"]))
-        thr_txt = ""
-        if other is not None and _known(other["efficiency"]):
-            thr_txt = (
-                f"; end-to-end throughput efficiency "
-                f"{_fmt('throughput', 'efficiency', other['efficiency'])}"
-            )
-        out.append(
-            f"{rec['strategy']} reaches "
-            f"{_fmt('epoch_time', 'efficiency', rec['efficiency'])} epoch-time efficiency at "
-            f"{int(rec['workers'])} workers (speedup "
-            f"{_fmt('epoch_time', 'speedup', rec['speedup'])}{base_txt}{thr_txt})."
-        )
-    if report.analysis is not None and report.analysis.efficiency_note:
-        out.append(report.analysis.efficiency_note)
-    return out
-
-
-def time_sentences(report: Report) -> list[str]:
-    """Where GPU time goes at each strategy's largest profiled worker count: from traces where
-    the configuration has them (overlap counted once), else from the profiler averages."""
-    out = []
-    breakdown = {(r["strategy"], r["workers"]): r for r in _records(report.time_breakdown)}
-    traced = (
-        _largest(report.computation, "trace_compute_fraction")
-        if "trace_compute_fraction" in report.computation
-        else []
-    )
-    for rec in traced:
-        row = breakdown.get((rec["strategy"], rec["workers"]), {})
-        shares = ""
-        if _known(row.get("exposed_communication_pct")):
-            exposed = _cell("time_breakdown", "exposed_communication_pct", row)
-            idle = _cell("time_breakdown", "idle_pct", row)
-            shares = f"; exposed communication {exposed}, idle {idle}"
-        out.append(
-            f"At {int(rec['workers'])} workers, {rec['strategy']} computes during "
-            f"{_fmt('computation', 'trace_compute_fraction', rec['trace_compute_fraction'])} of "
-            f"the device time (from traces{shares})."
-        )
-    done = {r["strategy"] for r in traced}
-    for rec in _largest(report.computation, "computation_fraction"):
-        if rec["strategy"] in done:
+        if rec["strategy"] == skip:
             continue
-        comm = rec["communication_fraction"]
-        other = 1.0 - rec["computation_fraction"] - (comm if _known(comm) else 0.0)
+        parts = []
+        base = base_of(rec)
+        if _known(rec["speedup"]):
+            over = f" over {_config(rec['strategy'], base)}" if base is not None else ""
+            parts.append(f"speedup {_fmt('epoch_time', 'speedup', rec['speedup'])}{over}")
+        other = thr.get((rec["strategy"], rec["workers"]))
+        if other is not None and _known(other["efficiency"]):
+            value = _fmt("throughput", "efficiency", other["efficiency"])
+            parts.append(f"end-to-end throughput efficiency {value}")
+        more = f" ({'; '.join(parts)})" if parts else ""
         out.append(
-            f"At {int(rec['workers'])} workers, {rec['strategy']} spends "
-            f"{_fmt('computation', 'computation_fraction', rec['computation_fraction'])} of GPU "
-            f"time in computation, {_fmt('computation', 'communication_fraction', comm)} in "
-            f"communication and {_fmt('computation', 'computation_fraction', max(0.0, other))}"
-            " elsewhere. These are profiler averages, which count communication that overlaps"
-            " computation twice."
+            f"{_n(rec['strategy'])} reaches {_fmt('epoch_time', 'efficiency', rec['efficiency'])} "
+            f"{kind} at {int(rec['workers'])} workers{more}."
         )
     return out
-
-
-def bound_sentences(report: Report) -> list[str]:
-    """What bounds the configurations (the time breakdown's verdicts), grouped by verdict, and
-    the stragglers named."""
-    groups: dict[str, list[str]] = {}
-    for rec in _records(report.time_breakdown):
-        groups.setdefault(str(rec["bound_by"]), []).append(
-            f"{rec['strategy']}-{int(rec['workers'])}"
-        )
-    if not groups:
-        return []
-    undecided = groups.pop("undecided", [])
-    parts = [f"by {verdict}: {', '.join(names)}" for verdict, names in groups.items()]
-    out = [f"Bound {'; '.join(parts)}."] if parts else []
-    if undecided:
-        out.append(f"Undecided what bounds {', '.join(undecided)}: the data cannot tell.")
-    named = straggler_lines(report)
-    if named:
-        out.append(f"Stragglers: {'; '.join(named)}.")
-    return out
-
-
-def verdict_sentences(report: Report) -> list[str]:
-    """The input-bottleneck verdict over all throughput rows."""
-    groups: dict[str, list[str]] = {}
-    for rec in _records(report.throughput):
-        bound = rec["input_bound"]
-        word = VERDICT_WORDS[bool(bound) if _known(bound) else None]
-        groups.setdefault(word, []).append(f"{rec['strategy']}-{int(rec['workers'])}")
-    if not groups:
-        return []
-    total = sum(len(v) for v in groups.values())
-    if set(groups) == {"not input-bound"}:
-        return [f"No configuration is input-bound ({total} checked)."]
-    out = []
-    for word in ("input-bound", "not input-bound", "undecided"):
-        if word in groups:
-            names = ", ".join(groups[word])
-            out.append(f"{word.capitalize()}: {names}.")
-    return [" ".join(out)]
 
 
 def energy_sentences(report: Report) -> list[str]:
@@ -239,7 +104,7 @@ def energy_sentences(report: Report) -> list[str]:
         e_low = _cell("gpu", "energy_wh_per_epoch", low)
         if low is high:
             out.append(
-                f"Energy per epoch for {strategy}: {e_low} at {int(low['workers'])} workers "
+                f"Energy per epoch for {_n(strategy)}: {e_low} at {int(low['workers'])} workers "
                 "(one size measured)."
             )
             continue
@@ -250,31 +115,191 @@ def energy_sentences(report: Report) -> list[str]:
             else ""
         )
         out.append(
-            f"Energy per epoch for {strategy} goes from {e_low} at {int(low['workers'])} workers "
-            f"to {e_high} at {int(high['workers'])} workers{ratio}."
+            f"Energy per epoch for {_n(strategy)} goes from {e_low} at "
+            f"{int(low['workers'])} workers to {e_high} at {int(high['workers'])} workers{ratio}."
         )
     return out
 
 
-def summary_sentences(report: Report) -> list[str]:
-    """The page's summary: fastest strategy per size, efficiency, time, verdict, energy."""
-    if report.epoch_time.empty:
-        lines = ["No epoch times were found, so no scaling can be stated."]
-    else:
-        lines = fastest_sentences(report) + efficiency_sentences(report)
-    lines += time_sentences(report) + bound_sentences(report)
-    lines += verdict_sentences(report) + energy_sentences(report)
+@dataclass(frozen=True)
+class Line:
+    """One line of the summary: what it answers (``strategy``, ``scaling``, ``limit``,
+    ``booking``, ``gate``; ``detail`` below them), the table it comes from, its text."""
+
+    kind: str
+    table: str
+    text: str
+
+
+# where a line's number is shown: the layout's table (or notes) names and their headings
+SOURCES = {
+    "pareto": "Time–energy Pareto front",
+    "epoch_time": "Epoch time",
+    "time_breakdown": "Where the time goes",
+    "cost": "Cost per configuration",
+    "gate": "Efficiency gate",
+    "throughput": "Throughput",
+    "gpu": "GPU energy and utilization",
+}
+
+
+def _line(kind: str, table: str, text: str) -> Line:
+    return Line(kind, table, f"{text} (see {SOURCES[table]})")
+
+
+def _row(frame: pd.DataFrame, key: tuple[str, int]) -> dict[str, Any] | None:
+    for rec in _records(frame):
+        if (str(rec["strategy"]), int(rec["workers"])) == key:
+            return rec
+    return None
+
+
+def _choice(report: Report) -> tuple[Line, tuple[str, int]] | None:
+    """The configuration to use: the recommendation's knee; without energy, the fastest
+    measured (the lowest epoch time, or under weak scaling the highest throughput)."""
     decision = getattr(report, "decision", None)
-    if decision is not None:
-        lines += decision.sentences
+    if decision is not None and decision.knee is not None:
+        knee = decision.knee
+        p = next(p for p in decision.points if p.key == knee)
+        column = "energy_wh_per_epoch" if decision.basis == "epoch" else "energy_wh_per_1k_samples"
+        energy = SPECS["gpu"].column(column).cell({column: p.energy, "energy_coverage": p.coverage})
+        time = _fmt("epoch_time", "avg_epoch_time_s", p.time)
+        text = (
+            f"Use {_n(p.strategy)} on {int(p.workers)} GPUs: {time} and {energy} {decision.unit}, "
+            "the knee of the time–energy front"
+        )
+        return _line("strategy", "pareto", text), p.key
+    weak = _weak(report)
+    table, column = (
+        ("throughput", "samples_per_sec") if weak else ("epoch_time", "avg_epoch_time_s")
+    )
+    rows = [r for r in _records(getattr(report, table)) if _known(r[column])]
+    if not rows:
+        return None
+    best = (max if weak else min)(rows, key=lambda r: r[column])
+    text = (
+        f"Fastest measured: {_n(best['strategy'])} on {int(best['workers'])} GPUs, "
+        f"{_fmt(table, column, best[column])}{'' if weak else ' per epoch'}; no energy to weigh"
+    )
+    return _line("strategy", table, text), (str(best["strategy"]), int(best["workers"]))
+
+
+def _scaling(report: Report, key: tuple[str, int]) -> Line | None:
+    """How far the chosen strategy scales: its efficiency at its largest measured count (and
+    at the chosen count when that is smaller)."""
+    mine = [r for r in _largest(report.epoch_time, "efficiency") if r["strategy"] == key[0]]
+    if not mine:
+        return None
+    top = mine[0]
+    eff = _fmt("epoch_time", "efficiency", top["efficiency"])
+    weak = _weak(report)
+    kind = "weak-scaling efficiency" if weak else "epoch-time efficiency"
+    base = base_of(top)
+    over = (
+        ""
+        if base is None or weak
+        else (
+            f", speedup {_fmt('epoch_time', 'speedup', top['speedup'])} over "
+            f"{_config(top['strategy'], base)}"
+        )
+    )
+    text = f"{_n(key[0])} scales to {int(top['workers'])} GPUs at {eff} {kind}{over}"
+    here = _row(report.epoch_time, key)
+    if int(top["workers"]) != key[1] and here is not None and _known(here["efficiency"]):
+        text += f"; {_fmt('epoch_time', 'efficiency', here['efficiency'])} at {key[1]} GPUs"
+    return _line("scaling", "epoch_time", text)
+
+
+def _limit(report: Report, key: tuple[str, int]) -> Line | None:
+    """What stops the chosen strategy: the time breakdown's own verdict at its largest count."""
+    rows = [r for r in _records(report.time_breakdown) if r["strategy"] == key[0]]
+    if not rows:
+        return None
+    top = max(rows, key=lambda r: int(r["workers"]))
+    return _line(
+        "limit",
+        "time_breakdown",
+        f"What stops {_n(key[0])} at {int(top['workers'])} GPUs: {top['bound_by']}",
+    )
+
+
+def _booking(report: Report, key: tuple[str, int]) -> Line | None:
+    """What to book: the deadline's pick when a deadline was given, else the chosen
+    configuration's GPU-hours (and cost) per run, set-up included."""
+    decision = getattr(report, "decision", None)
+    if decision is not None and decision.deadline_hours is not None:
+        said = next((t for t in decision.sentences if t.startswith(("Cheapest", "No config"))), "")
+        if said:
+            return _line("booking", "pareto", f"Book: {said.rstrip('.')}")
+    row = _row(report.gpu, key)
+    if row is None or not _known(row.get("gpu_hours_per_run")):
+        return None
+    hours = _fmt("gpu", "gpu_hours_per_run", row["gpu_hours_per_run"])
+    walls = _row(report.time_breakdown, key)
+    billed = (
+        "set-up included"
+        if walls is not None and _known(walls["wall_s"])
+        else "its epochs only (no wall time logged)"
+    )
+    text = f"Book {_n(key[0])} on {key[1]} GPUs: {hours} GPU-hours per run, {billed}"
+    if _known(row.get("cost_per_run")):
+        costs = getattr(report, "costs", None)
+        unit = f" {costs.currency}" if costs is not None and costs.currency else ""
+        text += f" ({_fmt('gpu', 'cost_per_run', row['cost_per_run'])}{unit} per run)"
+    return _line("booking", "cost", text)
+
+
+def summary_lines(report: Report) -> list[Line]:
+    """At most five lines: the configuration to use, how far it scales, what stops it, what to
+    book, what the gate said (each only when the report holds its number)."""
+    out: list[Line | None] = []
+    choice = _choice(report)
+    if choice is not None:
+        line, key = choice
+        out += [line, _scaling(report, key), _limit(report, key), _booking(report, key)]
+    gate = getattr(report, "gate", None)
+    if gate is not None:
+        out.append(_line("gate", "gate", gate.line.rstrip(".")))
+    lines = [line for line in out if line is not None]
+    if not lines:
+        return [
+            Line(
+                "strategy", "epoch_time", "No epoch times were found, so no scaling can be stated."
+            )
+        ]
     return lines
+
+
+def details(report: Report, table: str) -> list[str]:
+    """The summary's details under ``table``: efficiency per strategy under the epoch-time
+    table (but the chosen one's, which the top lines give), energy per strategy under the GPU
+    table; none elsewhere."""
+    if table == "epoch_time":
+        choice = _choice(report)
+        return efficiency_sentences(report, None if choice is None else choice[1][0])
+    if table == "gpu":
+        return energy_sentences(report)
+    return []
+
+
+def summary_records(report: Report) -> list[dict[str, str]]:
+    """The summary as the JSON report's records, in the order every writer shows them: the
+    top lines, then the details of each table in the tables' order."""
+    from itwin_report.report.specs import TABLES
+
+    out = [{"kind": x.kind, "table": x.table, "text": x.text} for x in summary_lines(report)]
+    for spec in TABLES:
+        out += [
+            {"kind": "detail", "table": spec.name, "text": t} for t in details(report, spec.name)
+        ]
+    return out
 
 
 def _config(strategy: str, base: tuple[str, int]) -> str:
     """``4 workers``, or for another strategy's run ``non-distributed at 1 worker``."""
     name, workers = base
     count = f"{workers} worker{'' if workers == 1 else 's'}"
-    return count if name == strategy else f"{name} at {count}"
+    return count if name == strategy else f"{_n(name)} at {count}"
 
 
 def base_sentence(report: Report) -> str:
@@ -303,10 +328,11 @@ def methods_paragraphs(report: Report, warmup: str = "") -> list[str]:
         " measures the steady state. Energy per epoch divides by all epochs, warm-up included.",
         base_sentence(report),
         "Intervals: the spread between runs is the sample standard deviation (ddof = 1) of the "
-        "per-run mean epoch times, shown as n/a when a configuration has a single run. In the "
-        "summary, a strategy is fastest only when the 95 % intervals of the per-run mean epoch "
-        "times separate (Student's t on each configuration's runs); otherwise the strategies "
-        "are within noise. Speedup and efficiency intervals are described in docs/analysis.md.",
+        "per-run mean epoch times, shown as n/a when a configuration has a single run. A "
+        "strategy is fastest only when the 95 % interval of its per-run mean epoch times lies "
+        "below every other's (Student's t on each configuration's runs); every configuration "
+        "whose interval overlaps it is within noise, in every table, sentence and plot. "
+        "Speedup and efficiency intervals are described in docs/analysis.md.",
         "Energy is read from each GPU's cumulative energy counter when the runs log it "
         "(gpu_energy_J: last reading minus first, resets handled), else it sums the GPU's power "
         "samples times the probing interval; a GPU that several ranks report counts once; it "

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.analysis.intervals import fastest_lines, mean_interval, run_groups
-from itwin_report.analysis.scaling_mode import decide, weak_efficiency
+from itwin_report.analysis.scaling_mode import constant, decide, per_sample, weak_efficiency
 from itwin_report.analysis.scaling_models import (
     Ceiling,
     describe,
@@ -24,8 +24,8 @@ from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.breakdown import merged_stragglers, time_breakdown, trace_ranks
 from itwin_report.report.common import normalized
 from itwin_report.report.computation import computation_table
-from itwin_report.report.cost import CostFactors, add_costs
-from itwin_report.report.decision import decide_costs
+from itwin_report.report.cost import CostFactors, add_costs, config_samples
+from itwin_report.report.decision import Work, decide_costs
 from itwin_report.report.epoch_time import epoch_time_table, run_means_table
 from itwin_report.report.gate import evaluate
 from itwin_report.report.gpu import gpu_table
@@ -99,13 +99,16 @@ def build_report(
     )
     analysis = analyse(epoch, thr, runs, mode, note, predict_workers or [], _samples(data))
     analysis.efficiency_note = efficiency_gap(epoch, thr)
-    gpu = add_costs(gpu, epoch, runs, data, costs, samples_per_epoch)
-    decision = decide_costs(epoch, gpu, runs, max_energy_per_speedup, hours, epochs)
-    series, config, w_series = rate_series(data, rate_config)
-    notes = _baseline_notes(used, thr_used, not thr.empty)
     slow = merged_stragglers(metric_stragglers(data), traces.stragglers if traces else [])
     w_time: list[str] = []
     breakdown = time_breakdown(data, thr, ranks, slow, w_time)
+    gpu = add_costs(
+        gpu, epoch, runs, data, costs, samples_per_epoch, _by_config(breakdown, "wall_s")
+    )
+    work = _work(data, mode, samples_per_epoch, breakdown)
+    decision = decide_costs(epoch, gpu, runs, max_energy_per_speedup, hours, epochs, work)
+    series, config, w_series = rate_series(data, rate_config)
+    notes = _baseline_notes(used, thr_used, not thr.empty)
     report = Report(
         experiment=data.experiment,
         tracking_uri=data.tracking_uri,
@@ -148,9 +151,23 @@ def _samples(data: RunData) -> dict[str, float]:
     out = {}
     for strategy, group in jobs.groupby("strategy"):
         values = group["samples_per_epoch"].to_numpy(dtype=float)
-        if len(values) and values.max() - values.min() <= 0.01 * values.mean():
+        if constant(values):
             out[str(strategy)] = float(values.mean())
     return out
+
+
+def _by_config(table: pd.DataFrame, column: str) -> dict[tuple[str, int], float]:
+    """``column`` of a per-configuration table, by (strategy, workers)."""
+    return {
+        (str(s), int(w)): float(v)
+        for s, w, v in zip(table["strategy"], table["workers"], table[column], strict=True)
+    }
+
+
+def _work(data: RunData, mode: str, given: float | None, breakdown: pd.DataFrame) -> Work:
+    """What the decision compares: per epoch, or per 1k samples when samples per epoch vary."""
+    samples = config_samples(data, given)
+    return Work(samples, _by_config(breakdown, "outside_s"), per_sample(mode, samples.values()))
 
 
 def efficiency_gap(epoch: pd.DataFrame, throughput: pd.DataFrame) -> str:

@@ -5,8 +5,9 @@ Nothing is assumed: a factor not given leaves its columns empty, and node-hours 
 unless the runs log their ``hostname`` or ``--gpus-per-node`` is given.
 
 * GPU-hours per epoch = GPUs x mean epoch time after warm-up / 3600 (its 95 % interval from
-  the per-run mean epoch times); per run = GPUs x the run's training time (the sum of all its
-  epoch times) / 3600, averaged over runs.
+  the per-run mean epoch times); per run = GPUs x the wall time a job is billed for (the time
+  breakdown's, set-up and teardown included) / 3600, averaged over runs; where no wall time is
+  known, the run's training time (the sum of all its epoch times) stands for it.
 * Nodes of a job: the distinct ``hostname`` params of its ranks when every rank logged one,
   else GPUs / ``--gpus-per-node`` rounded up. Node-hours per epoch = nodes x epoch time / 3600.
 * Energy per 1,000 samples = energy per epoch / samples per epoch x 1000 (samples per epoch as
@@ -73,8 +74,10 @@ def add_costs(
     data: RunData,
     factors: CostFactors,
     given_spe: float | None = None,
+    wall_s: dict[tuple[str, int], float] | None = None,
 ) -> pd.DataFrame:
-    """The GPU table with its cost columns filled (rows of configurations it has)."""
+    """The GPU table with its cost columns filled (rows of configurations it has); ``wall_s``:
+    per configuration, its jobs' mean wall time (the time breakdown's ``wall_s``)."""
     if gpu.empty:
         return gpu
     jobs = _job_frame(data, given_spe)
@@ -96,11 +99,13 @@ def add_costs(
         t = times.get(key, math.nan)
         _, low, high = mean_interval(per_run.get(key, np.array([])))
         spe = _mean(mine["spe"])
+        billed = (wall_s or {}).get(key, math.nan)
+        billed = billed if billed == billed else _mean(mine["train_s"])
         values = {
             "gpu_hours_per_epoch": workers * t / 3600.0,
             "gpu_hours_per_epoch_ci_low": workers * low / 3600.0,
             "gpu_hours_per_epoch_ci_high": workers * high / 3600.0,
-            "gpu_hours_per_run": workers * _mean(mine["train_s"]) / 3600.0,
+            "gpu_hours_per_run": workers * billed / 3600.0,
             "nodes": _mean(mine["nodes"]),
             "node_hours_per_epoch": _mean(mine["nodes"]) * t / 3600.0,
             "energy_wh_per_1k_samples": 1000.0 * row["energy_wh_per_epoch"] / spe,
@@ -125,6 +130,20 @@ def _factored(row: pd.Series, values: dict[str, float], f: CostFactors) -> dict[
         out["cost_per_epoch"] = values["gpu_hours_per_epoch"] * f.gpu_hour_price
         out["cost_per_run"] = values["gpu_hours_per_run"] * f.gpu_hour_price
     return out
+
+
+def config_samples(data: RunData, given_spe: float | None = None) -> dict[tuple[str, int], float]:
+    """Per configuration: its jobs' mean samples per epoch, where known (as the costs read it)."""
+    spe, _ = samples_per_epoch(data, given_spe)
+    jobs = data.runs.drop_duplicates("job_id")[["job_id", "strategy", "workers"]]
+    known = jobs.merge(spe.dropna(subset=["samples_per_epoch"]), on="job_id")
+    means = known.groupby(["strategy", "workers"], observed=True)["samples_per_epoch"].mean()
+    return {
+        (str(s), int(w)): float(v)
+        for s, w, v in zip(
+            means.index.get_level_values(0), means.index.get_level_values(1), means, strict=True
+        )
+    }
 
 
 def _mean(values: pd.Series) -> float:

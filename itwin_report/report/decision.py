@@ -2,8 +2,13 @@
 fastest configuration, the most frugal one, the knee and, with a deadline, the cheapest
 configuration that meets it (the rules are in :mod:`itwin_report.analysis.pareto`).
 
-Epoch time is the epoch-time table's (after warm-up), energy per epoch and GPU-hours per epoch
-the GPU table's; two candidates are "within noise" when their 95 % intervals overlap.
+Time is the epoch-time table's (after warm-up), energy and GPU-hours the GPU table's, per unit
+of work: per epoch when every epoch holds the same samples, per 1,000 samples when samples per
+epoch grow with the workers (:func:`itwin_report.analysis.scaling_mode.per_sample`), so that
+configurations doing different work per epoch are compared on the same work. Candidates within
+noise of the fastest or the most frugal are every configuration whose 95 % interval overlaps
+its own (:func:`itwin_report.analysis.intervals.best_of`, the report's one rule). A deadline
+counts each job's set-up (the time breakdown's wall time outside the epochs) with its epochs.
 """
 
 from __future__ import annotations
@@ -15,35 +20,45 @@ from typing import Any
 import pandas as pd
 
 from itwin_report.analysis import pareto
-from itwin_report.analysis.intervals import mean_interval, run_groups
+from itwin_report.analysis.intervals import best_of, mean_interval, run_groups
 from itwin_report.analysis.pareto import DEFAULT_MAX_ENERGY_PER_SPEEDUP, Point
 from itwin_report.report.specs import SPECS
-from itwin_report.util.text import plural
+from itwin_report.util.text import joined, plural
 
+EPOCH, PER_1K = "epoch", "1k samples"  # the two bases of a decision
 PARETO_COLUMNS = [
     "strategy",
     "workers",
     "epoch_time_s",
     "energy_wh_per_epoch",
     "gpu_hours_per_epoch",
+    "time_s_per_1k_samples",
+    "energy_wh_per_1k_samples",
+    "gpu_hours_per_1k_samples",
+    "energy_coverage",
 ]
+Key = tuple[str, int]
 
 
 @dataclass
 class Decision:
-    """The fronts (fastest first), the picks ((strategy, workers) or None) and the sentences."""
+    """The fronts (fastest first), the picks ((strategy, workers) or None) and the sentences;
+    ``basis``: what the times and energies are per (:data:`EPOCH` or :data:`PER_1K`)."""
 
     pareto: pd.DataFrame
     pareto_gpu_hours: pd.DataFrame
-    fastest: tuple[str, int] | None = None
-    most_frugal: tuple[str, int] | None = None
-    knee: tuple[str, int] | None = None
-    fastest_tie: tuple[str, int] | None = None  # within noise of the fastest
-    frugal_tie: tuple[str, int] | None = None  # within noise of the most frugal
+    basis: str = EPOCH
+    points: list[Point] = field(default_factory=list)
+    fastest: Key | None = None
+    most_frugal: Key | None = None
+    knee: Key | None = None
+    fastest_ties: list[Key] = field(default_factory=list)  # within noise of the fastest
+    frugal_ties: list[Key] = field(default_factory=list)  # within noise of the most frugal
     max_energy_per_speedup: float = DEFAULT_MAX_ENERGY_PER_SPEEDUP
     deadline_hours: float | None = None
     epochs: int | None = None
-    deadline_choice: tuple[str, int] | None = None
+    deadline_samples: float | None = None  # samples per epoch of the deadline's epochs
+    deadline_choice: Key | None = None
     sentences: list[str] = field(default_factory=list)
 
     def recommendation(self) -> dict[str, Any]:
@@ -53,26 +68,47 @@ class Decision:
             deadline = {
                 "hours": self.deadline_hours,
                 "epochs": self.epochs,
+                "samples_per_epoch": self.deadline_samples,
                 "choice": _named(self.deadline_choice),
             }
         return {
+            "basis": self.basis,
             "fastest": _named(self.fastest),
             "most_frugal": _named(self.most_frugal),
             "knee": _named(self.knee),
-            "fastest_within_noise_of": _named(self.fastest_tie),
-            "most_frugal_within_noise_of": _named(self.frugal_tie),
+            "fastest_within_noise_of": [_named(k) for k in self.fastest_ties],
+            "most_frugal_within_noise_of": [_named(k) for k in self.frugal_ties],
             "max_energy_per_speedup": self.max_energy_per_speedup,
             "deadline": deadline,
             "sentences": list(self.sentences),
         }
 
+    @property
+    def unit(self) -> str:
+        """``per epoch`` or ``per 1k samples``."""
+        return f"per {self.basis}"
 
-def _named(key: tuple[str, int] | None) -> dict[str, Any] | None:
+
+def _named(key: Key | None) -> dict[str, Any] | None:
     return None if key is None else {"strategy": key[0], "workers": int(key[1])}
 
 
-def points(epoch: pd.DataFrame, gpu: pd.DataFrame, run_means: pd.DataFrame) -> list[Point]:
-    """One point per configuration with an epoch time and a GPU row."""
+@dataclass(frozen=True)
+class Work:
+    """Per configuration: samples per epoch and set-up seconds (from the time breakdown), and
+    whether to decide per 1,000 samples; empty: per epoch, set-up unknown."""
+
+    samples: dict[Key, float] = field(default_factory=dict)
+    setup_s: dict[Key, float] = field(default_factory=dict)
+    per_sample: bool = False
+
+
+def points(
+    epoch: pd.DataFrame, gpu: pd.DataFrame, run_means: pd.DataFrame, work: Work | None = None
+) -> list[Point]:
+    """One point per configuration with an epoch time and a GPU row, per epoch (or per 1,000
+    samples with ``work.per_sample``: NaN where the samples per epoch are unknown)."""
+    work = work or Work()
     times = {
         (str(r["strategy"]), int(r["workers"])): float(r["avg_epoch_time_s"])
         for r in epoch.to_dict("records")
@@ -83,22 +119,36 @@ def points(epoch: pd.DataFrame, gpu: pd.DataFrame, run_means: pd.DataFrame) -> l
         key = (str(r["strategy"]), int(r["workers"]))
         if key not in times:
             continue
+        k = 1000.0 / work.samples.get(key, math.nan) if work.per_sample else 1.0
+        low, high = spread.get(key, pareto.NAN_PAIR)
+        coverage = r.get("energy_coverage", 1.0)
         out.append(
             Point(
                 key[0],
                 key[1],
-                times[key],
-                float(r["energy_wh_per_epoch"]),
-                float(r["gpu_hours_per_epoch"]),
-                spread.get(key, pareto.NAN_PAIR),
-                (float(r["energy_wh_per_epoch_ci_low"]), float(r["energy_wh_per_epoch_ci_high"])),
+                times[key] * k,
+                float(r["energy_wh_per_epoch"]) * k,
+                float(r["gpu_hours_per_epoch"]) * k,
+                (low * k, high * k),
+                (
+                    float(r["energy_wh_per_epoch_ci_low"]) * k,
+                    float(r["energy_wh_per_epoch_ci_high"]) * k,
+                ),
+                float(coverage) if coverage == coverage and coverage is not None else 1.0,
+                work.setup_s.get(key, math.nan),
             )
         )
     return out
 
 
-def _frame(line: list[Point]) -> pd.DataFrame:
-    rows = [[p.strategy, p.workers, p.time, p.energy, p.gpu_hours] for p in line]
+def _frame(line: list[Point], per_epoch: dict[Key, Point], work: Work) -> pd.DataFrame:
+    """The front's rows with both bases: per epoch, and per 1,000 samples where known."""
+    rows = []
+    for p in line:
+        e = per_epoch[p.key]
+        k = 1000.0 / work.samples.get(p.key, math.nan)
+        per_1k = [e.time * k, e.energy * k, e.gpu_hours * k]
+        rows.append([p.strategy, p.workers, e.time, e.energy, e.gpu_hours, *per_1k, p.coverage])
     return pd.DataFrame(rows, columns=PARETO_COLUMNS).astype(
         {"strategy": "str", "workers": "int64", "epoch_time_s": "float64"}
     )
@@ -111,42 +161,64 @@ def decide_costs(
     max_ratio: float | None = None,
     deadline_hours: float | None = None,
     epochs: int | None = None,
+    work: Work | None = None,
 ) -> Decision:
-    """The decision over every configuration with a known epoch time and energy per epoch."""
+    """The decision over every configuration with a known time and energy per unit of work."""
+    work = work or Work()
     ratio = DEFAULT_MAX_ENERGY_PER_SPEEDUP if max_ratio is None else float(max_ratio)
-    pts = points(epoch, gpu, run_means)
+    pts = points(epoch, gpu, run_means, work)
+    per_epoch = {p.key: p for p in points(epoch, gpu, run_means, Work(work.samples))}
     line = pareto.front(pts)
     out = Decision(
-        pareto=_frame(line),
-        pareto_gpu_hours=_frame(pareto.front(pts, lambda p: p.gpu_hours)),
+        pareto=_frame(line, per_epoch, work),
+        pareto_gpu_hours=_frame(pareto.front(pts, lambda p: p.gpu_hours), per_epoch, work),
+        basis=PER_1K if work.per_sample else EPOCH,
+        points=pts,
         max_energy_per_speedup=ratio,
         deadline_hours=deadline_hours,
         epochs=epochs,
     )
     if line:
-        fastest, frugal = line[0], line[-1]
+        known = [p for p in pts if pareto.front([p])]  # a known time and energy
+        fastest = _pick(line[0], known, lambda p: (p.time, *p.time_ci))
+        frugal = _pick(line[-1], known, lambda p: (p.energy, *p.energy_ci), fewest=True)
         knee = pareto.knee(pts, ratio)
         out.fastest, out.most_frugal = fastest.key, frugal.key
         out.knee = None if knee is None else knee.key
-        out.fastest_tie = _tie(fastest, pts, lambda p: p.time, lambda p: p.time_ci)
-        out.frugal_tie = _tie(frugal, pts, lambda p: p.energy, lambda p: p.energy_ci)
-        out.sentences = _pick_sentences(out, {p.key: p for p in pts}, pts)
+        out.fastest_ties, out.frugal_ties = list(fastest.within_noise), list(frugal.within_noise)
+        out.sentences = _pick_sentences(out, {p.key: p for p in pts}, pts, fastest, frugal)
     elif pts:
-        out.sentences = ["No configuration has both an epoch time and an energy per epoch."]
+        why = " (no samples per epoch to compare them per sample)" if work.per_sample else ""
+        out.sentences = [f"No configuration has both a time and an energy {out.unit}{why}."]
     if deadline_hours is not None and epochs is not None:
-        choice = pareto.within_deadline(pts, deadline_hours * 3600.0, epochs)
-        out.deadline_choice = None if choice is None else choice.key
-        out.sentences.append(_deadline_sentence(choice, pts, deadline_hours, epochs))
+        out.sentences.append(_deadline(out, pts, work, deadline_hours, epochs))
     return out
 
 
-def _tie(best: Point, pts: list[Point], value: Any, interval: Any) -> tuple[str, int] | None:
-    """The runner-up by ``value`` when its 95 % interval overlaps ``best``'s, else None."""
-    others = [p for p in pts if p.key != best.key and math.isfinite(value(p))]
-    if not others:
-        return None
-    second = min(others, key=lambda p: (value(p), p.workers, p.strategy))
-    return second.key if pareto.overlap(interval(best), interval(second)) else None
+@dataclass(frozen=True)
+class Pick:
+    """A named pick: the configuration with the lowest mean, or for the most frugal, of it and
+    those within noise of its energy (:func:`best_of`), the one with the fewest GPUs (noise
+    cannot rank their energy; the smaller booking is the more frugal); the others within
+    noise, and those noise cannot judge (single runs)."""
+
+    key: Key
+    lowest: Key
+    within_noise: tuple[Key, ...]
+    untested: tuple[Key, ...]
+
+
+def _pick(best: Point, pts: list[Point], interval: Any, fewest: bool = False) -> Pick:
+    """The :class:`Pick` around ``best`` (the front's end: first among equal means);
+    ``fewest``: name the fewest GPUs among those within noise."""
+    ordered = [best, *(p for p in pts if p.key != best.key)]
+    verdict = best_of({p.key: interval(p) for p in ordered})
+    if verdict is None or verdict.best != best.key:  # cannot happen for a front's end
+        return Pick(best.key, best.key, (), ())
+    group = [verdict.best, *verdict.within_noise]
+    named = min(group, key=lambda k: (k[1], group.index(k))) if fewest else verdict.best
+    others = tuple(k for k in group if k != named)
+    return Pick(named, verdict.best, others, verdict.untested)
 
 
 def name(p: Point) -> str:
@@ -158,41 +230,75 @@ def _time(p: Point) -> str:
     return SPECS["epoch_time"].column("avg_epoch_time_s").fmt(p.time)
 
 
-def _energy(p: Point) -> str:
-    return SPECS["gpu"].column("energy_wh_per_epoch").fmt(p.energy)
+def _energy(p: Point, basis: str) -> str:
+    """The energy as the tables show it, ``~`` marking an estimate (the columns' one rule)."""
+    column = "energy_wh_per_epoch" if basis == EPOCH else "energy_wh_per_1k_samples"
+    return SPECS["gpu"].column(column).cell({column: p.energy, "energy_coverage": p.coverage})
 
 
 def _pct(x: float) -> str:
     return f"{100 * x:.0f} %"
 
 
+def _names(keys: list[Key] | tuple[Key, ...], by_key: dict[Key, Point]) -> str:
+    return joined([name(by_key[k]) for k in keys])
+
+
 def _pick_sentences(
-    d: Decision, by_key: dict[tuple[str, int], Point], pts: list[Point]
+    d: Decision, by_key: dict[Key, Point], pts: list[Point], fast: Pick, frugal_pick: Pick
 ) -> list[str]:
-    fastest, frugal = by_key[d.fastest], by_key[d.most_frugal]  # type: ignore[index]
+    fastest, frugal = by_key[fast.key], by_key[frugal_pick.key]
+    unit = d.unit
     out = []
+    if d.basis == PER_1K:
+        out.append(
+            "Epochs hold different numbers of samples (they grow with the workers), so "
+            "configurations are compared per 1k samples: time per 1k samples = epoch time / "
+            "samples per epoch x 1000 (the lowest is the highest throughput), energy likewise."
+        )
     if fastest.key == frugal.key:
         out.append(
             f"{name(fastest)} is both the fastest and the most frugal configuration: "
-            f"{_time(fastest)} and {_energy(fastest)} per epoch."
+            f"{_time(fastest)} and {_energy(fastest, d.basis)} {unit}."
         )
     else:
-        out.append(f"Fastest: {name(fastest)}, {_time(fastest)} per epoch for {_energy(fastest)}.")
-        out.append(f"Most frugal: {name(frugal)}, {_energy(frugal)} per epoch in {_time(frugal)}.")
-    if d.fastest_tie is not None:
-        other = by_key[d.fastest_tie]
         out.append(
-            f"{name(fastest)} and {name(other)} ({_time(other)}) are within noise on epoch "
-            "time: their 95 % intervals overlap."
+            f"Fastest: {name(fastest)}, {_time(fastest)} {unit} for "
+            f"{_energy(fastest, d.basis)}{_rate(fastest, d.basis)}."
         )
-    if d.frugal_tie is not None and d.frugal_tie != d.fastest_tie:
-        other = by_key[d.frugal_tie]
         out.append(
-            f"{name(frugal)} and {name(other)} ({_energy(other)}) are within noise on energy "
-            "per epoch: their 95 % intervals overlap."
+            f"Most frugal: {name(frugal)}, {_energy(frugal, d.basis)} {unit} in {_time(frugal)}."
         )
-    if d.knee is not None and fastest.key != frugal.key:
-        out.append(_knee_sentence(by_key[d.knee], frugal, pts, d.max_energy_per_speedup))
+    out += _tie_sentences(fast, by_key, f"time {unit}", _time)
+    if frugal_pick != fast:
+        out += _tie_sentences(frugal_pick, by_key, f"energy {unit}", lambda p: _energy(p, d.basis))
+    if d.knee is not None and fast.lowest != frugal_pick.lowest:
+        lowest = by_key[frugal_pick.lowest]
+        out.append(_knee_sentence(by_key[d.knee], lowest, pts, d.max_energy_per_speedup))
+    return out
+
+
+def _rate(p: Point, basis: str) -> str:
+    """`` (3,300 samples/s)`` per 1k samples; empty per epoch."""
+    return f" ({1000.0 / p.time:,.0f} samples/s)" if basis == PER_1K and p.time > 0 else ""
+
+
+def _tie_sentences(v: Pick, by_key: dict[Key, Point], what: str, shown: Any) -> list[str]:
+    """Every configuration within noise of the pick named, and those noise cannot judge."""
+    best = by_key[v.key]
+    out = []
+    if v.within_noise:
+        others = [f"{name(by_key[k])} ({shown(by_key[k])})" for k in v.within_noise]
+        why = "" if v.key == v.lowest else "; the one with the fewest GPUs is named"
+        out.append(
+            f"{name(best)} and {joined(others)} are within noise on {what}: their 95 % "
+            f"intervals overlap{why}."
+        )
+    if v.untested:
+        out.append(
+            f"Noise cannot be ruled out between {name(by_key[v.lowest])} and "
+            f"{_names(v.untested, by_key)} on {what}: single runs have no interval."
+        )
     return out
 
 
@@ -217,18 +323,42 @@ def _knee_sentence(knee: Point, frugal: Point, pts: list[Point], ratio: float) -
     )
 
 
-def _deadline_sentence(choice: Point | None, pts: list[Point], hours: float, epochs: int) -> str:
-    what = f"{plural(epochs, 'epoch')} within {hours:g} h"
-    if choice is not None:
-        return (
-            f"Cheapest to finish {what}: {name(choice)}, {choice.gpu_hours * epochs:.2f} "
-            f"GPU-hours in {choice.time * epochs / 3600:.2f} h."
+def _deadline(d: Decision, pts: list[Point], work: Work, hours: float, epochs: int) -> str:
+    """Pick the cheapest configuration for the deadline (on ``d``) and say it in a sentence.
+
+    Per 1k samples, the job's epochs hold the samples of the smallest configuration's epoch
+    (the problem the smaller runs train); its set-up is added to every job's time."""
+    units, what = float(epochs), f"{plural(epochs, 'epoch')} within {hours:g} h"
+    if d.basis == PER_1K:
+        sized = [p for p in pts if p.key in work.samples]
+        if not sized:
+            return f"No configuration can be checked against {what}: no samples per epoch."
+        first = min(sized, key=lambda p: (p.workers, p.strategy))
+        d.deadline_samples = work.samples[first.key]
+        units = epochs * d.deadline_samples / 1000.0
+        what = (
+            f"{plural(epochs, 'epoch')} of {d.deadline_samples:,.0f} samples (the epoch of "
+            f"{name(first)}) within {hours:g} h"
         )
-    timed = [p for p in pts if math.isfinite(p.time)]
+    choice = pareto.within_deadline(pts, hours * 3600.0, units)
+    d.deadline_choice = None if choice is None else choice.key
+    if choice is not None:
+        needed = pareto.needed_s(choice, units)
+        return (
+            f"Cheapest to finish {what}: {name(choice)}, {choice.workers * needed / 3600:.2f} "
+            f"GPU-hours in {needed / 3600:.2f} h{_setup(choice)}."
+        )
+    timed = [p for p in pts if math.isfinite(p.time) and p.time > 0]
     if not timed:
         return f"No configuration can be checked against {what}: no epoch times."
-    best = min(timed, key=lambda p: p.time)
+    best = min(timed, key=lambda p: pareto.needed_s(p, units))
     return (
         f"No configuration finishes {what}; the fastest, {name(best)}, needs "
-        f"{best.time * epochs / 3600:.2f} h."
+        f"{pareto.needed_s(best, units) / 3600:.2f} h{_setup(best)}."
     )
+
+
+def _setup(p: Point) -> str:
+    if math.isfinite(p.setup_s):
+        return f" (set-up {p.setup_s:.0f} s included)"
+    return " (set-up not measured, not included)"

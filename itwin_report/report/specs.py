@@ -94,8 +94,8 @@ def _cost_columns() -> tuple[Column, ...]:
             "GPU-h per run",
             number(".3f"),
             group=COST,
-            description="GPUs x the run's training time (the sum of all its epoch times) "
-            "/ 3600, averaged over runs.",
+            description="GPUs x the job's wall time, set-up included (performance.json's "
+            "total_time; without it the sum of its epoch times) / 3600, averaged over runs.",
         ),
         Column(
             "nodes",

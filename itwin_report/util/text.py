@@ -13,3 +13,10 @@ def name_list(names: list[str], limit: int = 5) -> str:
     """``a; b; c and 4 more``: at most ``limit`` names, then a count."""
     shown = "; ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def joined(names: list[str]) -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    if len(names) < 2:
+        return "".join(names)
+    return f"{', '.join(names[:-1])} and {names[-1]}"
