@@ -326,7 +326,7 @@ def test_report_with_traces_worked_out_by_hand(tmp_path: Path) -> None:
     assert comp[("torch-ddp", 4)]["computation_fraction"] is None
     assert [w for w in body["warning_records"] if w["table"] == "time_breakdown"] == []
     code, out, _ = _report(uri, "-e", EXPERIMENT, "--traces", str(root))
-    table = out[out.index("Where the time goes") :]
+    table = out[out.index("Where the time goes\n") :]
     assert "Compute  Exposed comm    Idle" in table
     row = next(line for line in table.splitlines() if line.startswith("torch-ddp        4"))
     assert row.split()[-7:] == ["59.3", "%", "9.9", "%", "24.7", "%", "undecided"]
