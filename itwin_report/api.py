@@ -45,13 +45,16 @@ def load(
     cache_dir: str | Path | None = None,
     cache_size: str | int | None = None,
     timeout: float | None = None,
+    metrics: Sequence[str] = (),
 ) -> RunData:
     """Read one experiment's worker runs from an MLflow tracking store.
 
     ``tracking_uri``: an SQLite, PostgreSQL, file-store or ``http(s)://`` URI (default:
     ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mllogs/mlflow.db``); ``experiment``: its name
     (optional when only one experiment holds runs); ``timeout``: seconds the whole read of an
-    ``http(s)://`` store may take (default 60). Nothing in the store is modified.
+    ``http(s)://`` store may take (default 60). ``metrics``: metric keys to read besides
+    the report's own, such as the validation metric of ``build(data, target=...)``. Nothing in
+    the store is modified.
 
     Over ``http(s)://`` the metric histories of finished runs are kept in a local cache
     (``cache_dir``, default ``$XDG_CACHE_HOME/itwin-report``, else ``~/.cache/itwin-report``;
@@ -76,6 +79,7 @@ def load(
         workers_param=options.text("workers_param", workers_param),
         cache=settings,
         http=HttpLimits(timeout=timeout),
+        extra_metrics=[str(m) for m in metrics],
     )
 
 
@@ -111,6 +115,7 @@ def build(
     deadline_hours: float | None = None,
     epochs: int | None = None,
     traces: TracePaths | RunTraces | None = None,
+    target: str | None = None,
 ) -> Report:
     """Aggregate loaded runs into a :class:`Report` (pure: no I/O, unless ``traces`` names
     files to read): the report's tables as DataFrames, with ``to_json()``, ``to_text()``,
@@ -127,6 +132,11 @@ def build(
     (``pue``, ``carbon_intensity``, ``gpu_hour_price``, ``currency``, ``gpus_per_node``,
     ``max_energy_per_speedup``, ``deadline_hours`` with ``epochs``) are the command's too: a
     value out of range raises a ReportError with exit code 2.
+
+    ``target``: ``"val_accuracy>=0.76"`` or ``"val_loss<=0.3"`` (``--target``): adds
+    ``report.time_to_target``; load the metric with ``load(..., metrics=["val_accuracy"])``.
+    A target without a bound, another operator or a bound that is not finite raises a
+    ReportError with exit code 2.
     """
     from itwin_report.options import ReportOptions
     from itwin_report.render.notebook import Report
@@ -171,6 +181,7 @@ def build(
         max_energy_per_speedup=o.max_energy_per_speedup,
         deadline=(o.deadline_hours, o.epochs),
         traces=traces,
+        target=target,
     )
     return Report.of(report)
 

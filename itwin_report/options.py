@@ -87,7 +87,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "baseline": ("auto", "single-gpu", "per-strategy"),
     "scaling": ("auto", "strong", "weak"),
     "throughput_source": ("auto", "performance", "rates", "epochs"),
-    "gate_on": ("epoch-time", "throughput"),
+    "gate_on": ("epoch-time", "throughput", "time-to-target"),
 }
 
 

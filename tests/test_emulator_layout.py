@@ -65,7 +65,7 @@ def test_written_gpu_series_match_the_hand_values(tmp_path: Path) -> None:
     assert [m.step for m in loss] == [100]  # 3200 / 32 batches in epoch 0
     assert set(worker.data.metrics) == {
         "gpu_power_W", "gpu_utilization_percent", "epoch_time_s", "train_loss_epoch",
-        "validation_loss_epoch", "global_validation_loss_epoch",
+        "validation_loss_epoch", "global_validation_loss_epoch", "val_accuracy",
     }  # fmt: skip
     local = client.download_artifacts(worker.info.run_id, PROFILE_ARTIFACT, str(tmp_path))
     rows = list(csv.DictReader(io.StringIO(Path(local).read_text())))

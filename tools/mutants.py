@@ -308,6 +308,30 @@ MUTANTS = (
         "return Verdict(best, tuple(within[:1]), unknown)",
         ("tests/test_decisions.py",),
     ),
+    Mutant(
+        "M35",
+        "time to target from the last point that meets the target, not the first",
+        "itwin_report/report/time_to_target.py",
+        "return None if not len(hits) else ordered.iloc[int(hits[0])]",
+        "return None if not len(hits) else ordered.iloc[int(hits[-1])]",
+        ("tests/test_time_to_target.py",),
+    ),
+    Mutant(
+        "M36",
+        "runs that never reached the target counted as reaching it",
+        "itwin_report/report/time_to_target.py",
+        '"runs_reached": len(reached),',
+        '"runs_reached": len(group),',
+        ("tests/test_time_to_target.py",),
+    ),
+    Mutant(
+        "M37",
+        "time-to-target speedup against each strategy's own smallest count, not the report's base",
+        "itwin_report/report/time_to_target.py",
+        'base_rule.apply(table, "avg_time_to_target_s", False, used)',
+        'base_rule.apply(table, "avg_time_to_target_s", False, base_rule.Baseline("x"))',
+        ("tests/test_time_to_target.py",),
+    ),
 )
 
 

@@ -212,3 +212,24 @@ def timeout_option() -> Callable[[Any], Any]:
         help="Seconds the whole read of an http(s):// store may take (not each request); "
         "a server still answering then is an error.  [default: 60]",
     )
+
+
+class TargetType(click.ParamType):
+    """``METRIC>=VALUE`` or ``METRIC<=VALUE``, read by the report's one target parser."""
+
+    name = "METRIC>=VALUE"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from itwin_report.report.target import BadTarget, Target, parse_target
+
+        if isinstance(value, Target):
+            return value
+        try:
+            return parse_target(str(value))
+        except BadTarget as exc:
+            self.fail(str(exc), param, ctx)
+
+
+def target_option(help_text: str) -> Callable[[Any], Any]:
+    """``--target METRIC>=VALUE``: the quality target for time to target."""
+    return click.option("--target", type=TargetType(), metavar="METRIC>=VALUE", help=help_text)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -18,6 +19,7 @@ from itwin_report.cli.options import (
     cache_settings,
     format_option,
     output_option,
+    target_option,
     timeout_option,
     tracking_uri_option,
     warmup_option,
@@ -32,6 +34,9 @@ from itwin_report.cli.output import (
 )
 from itwin_report.render import FORMATS
 from itwin_report.util.errors import EXIT_USAGE, GateFailed
+
+if TYPE_CHECKING:
+    from itwin_report.report.target import Target
 
 
 @click.command("generate-scalability-report")
@@ -90,7 +95,8 @@ from itwin_report.util.errors import EXIT_USAGE, GateFailed
     default="epoch-time",
     show_default=True,
     help="Which efficiency --fail-under-efficiency checks: epoch time (training epochs after "
-    "warm-up) or end-to-end throughput (which also pays for set-up, validation, checkpoints).",
+    "warm-up), end-to-end throughput (which also pays for set-up, validation, checkpoints) or "
+    "time to target (with --target: also pays for the extra epochs a larger batch needs).",
 )
 @click.option(
     "--baseline",
@@ -219,6 +225,11 @@ from itwin_report.util.errors import EXIT_USAGE, GateFailed
     "without it.",
 )
 @cache_options
+@target_option(
+    "Quality target, e.g. val_accuracy>=0.76 or val_loss<=0.3, for any metric the worker runs "
+    "log: adds the time-to-target table (time from a run's start to its first point that "
+    "meets it, speedup and efficiency) and its plots."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress or plot messages on stderr.")
 def generate_scalability_report(
     experiment_name: str | None,
@@ -255,6 +266,7 @@ def generate_scalability_report(
     cache: bool,
     cache_dir: str | None,
     cache_size: int,
+    target: Target | None,
     quiet: bool,
 ) -> None:
     """Read the runs of an experiment and print the scalability report.
@@ -280,6 +292,7 @@ def generate_scalability_report(
       itwin-report generate-scalability-report -e emulated-cluster --format html -o r.html
       itwin-report generate-scalability-report -e emulated-cluster --html r.html --no-plots
       itwin-report generate-scalability-report -e emulated-cluster --traces mllogs/traces
+      itwin-report generate-scalability-report -e emulated-cluster --target val_accuracy>=0.76
     """
     want_page = fmt == "html" or html_path is not None
     # the drawing process starts first: it imports matplotlib while this one imports pandas and
@@ -326,6 +339,7 @@ def generate_scalability_report(
         workers_param=workers_param,
         cache=cache_settings(cache, cache_dir, cache_size),
         http=limits,
+        extra_metrics=() if target is None else (target.metric,),
     )
     left = max(0.001, limits.seconds - (time.monotonic() - start))  # one deadline for the read
     found = read_traces(data, traces, tracking_uri=uri, timeout=left)
@@ -343,6 +357,7 @@ def generate_scalability_report(
         max_energy_per_speedup=max_energy_per_speedup,
         deadline=None if deadline_hours is None or epochs is None else (deadline_hours, epochs),
         traces=found,
+        target=target,
     )
     require_measurements(report)
     wanted = want_page or not no_plots

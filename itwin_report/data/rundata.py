@@ -21,6 +21,7 @@ gpu_index           str      ``params.gpu_index``: its GPU's index on that node 
 gpu_uuid            str      ``params.gpu_uuid``: its GPU's UUID ("" when not logged)
 samples_per_epoch   float    ``params.samples_per_epoch`` when logged, else NaN
 batch_size          float    ``params.batch_size`` (samples per batch per worker), else NaN
+global_batch_size   float    ``params.global_batch_size`` (samples per step, all workers), else NaN
 status              str      MLflow run status of the worker run (FINISHED, KILLED, ...)
 start_time          float    the worker run's start, ms since the epoch (NaN when unknown)
 end_time            float    the worker run's end, ms since the epoch (NaN while running)
@@ -53,6 +54,7 @@ are then filled with their default. Valid ranges are enforced by ``itwin_report.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -88,6 +90,12 @@ def is_report_key(key: str) -> bool:
     return key in METRIC_KEYS or is_system_gpu_key(key)
 
 
+def metric_keys(extra: Sequence[str] = ()) -> tuple[str, ...]:
+    """The keys a loader reads: :data:`METRIC_KEYS` and the ``extra`` keys asked for (such as
+    the validation metric of a time-to-target report), each once."""
+    return tuple(dict.fromkeys((*METRIC_KEYS, *extra)))
+
+
 # worker-run params naming the GPU a worker's metrics measure (text as logged, "" when absent)
 GPU_IDENTITY: tuple[str, ...] = ("hostname", "gpu_index", "gpu_uuid")
 
@@ -99,6 +107,7 @@ WORKER_PARAMS: tuple[str, ...] = (
     "probing_interval",
     "samples_per_epoch",
     "batch_size",
+    "global_batch_size",
     *GPU_IDENTITY,
 )
 
@@ -116,6 +125,7 @@ RUN_COLUMNS: dict[str, str] = {
     "probing_interval": "float64",
     "samples_per_epoch": "float64",
     "batch_size": "float64",
+    "global_batch_size": "float64",
     "status": "str",
     **{name: "str" for name in GPU_IDENTITY},
     "start_time": "float64",
@@ -163,6 +173,7 @@ PERFORMANCE_COLUMNS: dict[str, str] = {
 OPTIONAL_COLUMNS: dict[str, dict[str, Any]] = {
     "runs": {
         "batch_size": float("nan"),
+        "global_batch_size": float("nan"),
         **{name: "" for name in GPU_IDENTITY},
         "start_time": float("nan"),
         "end_time": float("nan"),
@@ -274,6 +285,9 @@ class RunData:
     # where each worker run's artifacts are (run id -> artifact URI, as the store gave it): read
     # again only to look for logged profiler traces; empty for data not loaded from a store
     artifact_uris: dict[str, str] = field(default_factory=dict)
+    # every metric key the runs logged, when the loader was asked for a key no worker run has
+    # (named in the time-to-target warning); empty otherwise
+    logged_keys: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         for name, columns in FRAMES.items():
@@ -293,6 +307,7 @@ class RunData:
             "experiment": self.experiment,
             "tracking_uri": self.tracking_uri,
             "warnings": [w.record() if isinstance(w, Note) else str(w) for w in self.warnings],
+            "logged_keys": list(self.logged_keys),
         }
         (root / "meta.json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
         return root
@@ -316,6 +331,7 @@ class RunData:
             metrics=frames["metrics"],
             profiles=frames["profiles"],
             performance=frames["performance"],
+            logged_keys=[str(k) for k in meta.get("logged_keys", [])],
         )
 
 

@@ -21,6 +21,7 @@ strategy                   non-empty after stripping surrounding whitespace (str
 probing_interval           > 0 and <= 1e9 (else NaN: the step spacing is used)
 samples_per_epoch          > 0 and <= 1e15 (else NaN)
 batch_size                 > 0 and <= 1e15 (else NaN)
+global_batch_size          > 0 and <= 1e15 (else NaN)
 epoch_time_s               > 0 and <= 1e9 (s)
 gpu_power_W                0 .. 1e5 (W)
 gpu_energy_J               0 .. 1e15 (J, a cumulative counter)
@@ -31,7 +32,8 @@ system/..gpu_<i>_...       MLflow's system metrics: power_usage_watts 0 .. 1e5 (
 local/avg_samples_per_sec  0 .. 1e15
 train_loss_epoch step      >= 0 (only its steps are read)
 step, timestamp            integers within +-2**53, exact in float64 (else the point goes)
-metric points              one per (run, key, step): the last logged of the valid ones is kept
+metric points              one per (run, key, step) of the report's keys: the last logged of the
+                           valid ones is kept; points of other keys are kept as logged
 self_cuda_time_total       0 .. 1e15 (microseconds)
 profiler CSV               its global_rank/num_gpus agree with the worker run; one CSV per
                            rank of a job
@@ -67,6 +69,7 @@ from itwin_report.data.rundata import (
     GPU_ENERGY,
     GPU_POWER,
     GPU_UTIL,
+    METRIC_KEYS,
     RATE,
     TRAIN_LOSS_EPOCH,
     RunData,
@@ -115,6 +118,7 @@ RUN_VALUES: dict[str, Range] = {
     "probing_interval": SECONDS,
     "samples_per_epoch": POSITIVE,
     "batch_size": POSITIVE,
+    "global_batch_size": POSITIVE,
 }
 PERFORMANCE_REQUIRED: dict[str, Range] = {
     "total_samples": NON_NEGATIVE,
@@ -283,6 +287,7 @@ def validate(data: RunData) -> RunData:
         profiles=profiles,
         performance=performance,
         warnings=[*data.warnings, *notes.warnings],
+        logged_keys=list(data.logged_keys),
     )
 
 
@@ -377,7 +382,9 @@ def _valid_metrics(metrics: pd.DataFrame, notes: _Notes) -> pd.DataFrame:
     out = rows_where(metrics, keep)  # no copy of the points when every one is valid
     # only after the range checks: a repeated point that is invalid never hides a valid one
     order = sort_rows(out, ["run_id", "key", "step", "timestamp"])
-    dup = last_of_each(order, ["run_id", "key", "step"])
+    # the report's own keys: one point per step; any other key (a validation metric, which
+    # may be logged several times at one step) keeps every point as logged
+    dup = last_of_each(order, ["run_id", "key", "step"]) & isin(order["key"], METRIC_KEYS)
     notes.add(
         int(dup.sum()),
         "dropped {n} duplicated point(s) of {runs} (same run, key and step; the last "

@@ -72,6 +72,15 @@ class ModelParams:
     straggler_factor: float = 1.0  # 1: none
     straggler_rank: int = 0  # the slow rank; a job with fewer ranks has none
     straggler_node: int = 0  # 1: every rank on straggler_rank's node is slow (a slow node)
+    # convergence: rank 0's val_accuracy per epoch (emulator/convergence.py); the epochs to
+    # reach conv_target grow as conv_epochs_min * (1 + global batch / conv_critical_batch)
+    conv_epochs_min: float = 1.9  # 0: no validation metric
+    conv_critical_batch: float = 347.0
+    conv_start: float = 0.1
+    conv_ceiling: float = 0.8
+    conv_target: float = 0.76
+    sigma_conv: float = 0.02  # per run: the curve stretched by a mean-one factor
+    sigma_val: float = 0.001  # per evaluation, additive
     # noise (multiplicative factors have mean exactly 1; ``noise`` scales every sigma)
     noise: float = 1.0
     sigma_run: float = 0.02
@@ -279,3 +288,8 @@ def validate(p: ModelParams) -> None:
         raise ReportError("parameter rate_smoothing must be below 1")
     if p.board_w < p.idle_w:
         raise ReportError("parameter board_w must be >= idle_w")
+    from itwin_report.emulator.convergence import check
+
+    problem = check(p)
+    if problem:
+        raise ReportError(problem)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from itwin_report.emulator import model, profile
+from itwin_report.emulator import convergence, model, profile
 from itwin_report.emulator.params import ModelParams
 
 Point = tuple[str, float, int, int]  # key, value, timestamp_ms, step
@@ -251,6 +251,8 @@ def build_job(
         table = _noisy_profile(rows, rng, p.sigma_profile * p.noise)
         csv = profile.to_csv(table, label, workers, rank, p.gpus_per_node)
         out.append(RankOutput(rank, pts, csv, dict(perf)))
+    if 0 in log_ranks:  # drawn last: every other series stays as it was without it
+        out[log_ranks.index(0)].points += convergence.points(p, workers, epoch_ends, rng)
     starts = p.setup_s + lay.train_starts
     return Job(label, workers, repeat, start_ms, total, lay.epoch_times, out, starts)
 

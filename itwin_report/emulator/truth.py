@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from itwin_report.emulator import bounds, model, profile, timeline, tracing
+from itwin_report.emulator import bounds, convergence, model, profile, timeline, tracing
 from itwin_report.emulator.options import EmulationOptions
 from itwin_report.emulator.params import ModelParams
 from itwin_report.util.errors import ReportError
@@ -50,6 +50,7 @@ def configuration(
         "gpus_per_node": p.gpus_per_node,
         "nodes": model.nodes(workers, p.gpus_per_node),
         "time_breakdown": bounds.breakdown(p, strategy, workers),
+        **convergence.truth(p, workers, times),
     }
 
 
@@ -81,6 +82,7 @@ def expected_truth(options: EmulationOptions) -> dict[str, Any]:
         "itwinai_only": options.itwinai_only,
         "energy_counter": options.energy_counter,
         "params": p.as_dict(),
+        "target": convergence.target_text(p) if convergence.enabled(p) else None,
         "thresholds": {
             "overhead_share": bounds.OVERHEAD_SHARE,
             "exposed_share": bounds.EXPOSED_SHARE,

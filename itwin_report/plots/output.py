@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from itwin_report.plots import breakdown, decisions
+from itwin_report.plots import breakdown, convergence, decisions
 from itwin_report.plots import figures as f
 from itwin_report.util.errors import ReportError
 
@@ -41,9 +41,11 @@ FIGURES: dict[str, Callable[[Report], Figure | None]] = {
     "prediction": decisions.prediction_figure,
     "pareto": decisions.pareto_figure,
     "time_breakdown": breakdown.breakdown_figure,
+    "convergence": convergence.convergence_figure,
+    "time_to_target_speedup": convergence.target_speedup_figure,
 }
-# figures drawn only when asked for (``--predict``): their absence needs no reason
-_ON_REQUEST = ("prediction",)
+# figures drawn only when asked for (``--predict``, ``--target``): their absence needs no reason
+_ON_REQUEST = ("prediction", "convergence", "time_to_target_speedup")
 
 # figure -> (table, column it plots, reason when the table is empty, reason when the column is)
 _SOURCES: dict[str, tuple[str, str, str, str]] = {

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from itwin_report import __version__
 from itwin_report.render.analysis import json_fields, pair_intervals
 from itwin_report.render.summary import summary_records
-from itwin_report.report.columns import integer, is_missing
-from itwin_report.report.specs import TABLES
+from itwin_report.report.columns import TableSpec, integer, is_missing
+from itwin_report.report.specs import TABLES, TIME_TO_TARGET
 from itwin_report.util.escape import csv_text
 from itwin_report.util.masking import mask_text, mask_uri
 from itwin_report.util.notes import table_of
@@ -25,7 +25,12 @@ if TYPE_CHECKING:
 # the recommendation's basis and every configuration within noise (lists)
 SCHEMA_VERSION = 3
 INTEGER_COLUMNS = sorted(
-    {c.name for spec in TABLES for c in spec.columns if c.dtype == "int64" or c.fmt is integer}
+    {
+        c.name
+        for spec in (*TABLES, TIME_TO_TARGET)
+        for c in spec.columns
+        if c.dtype == "int64" or c.fmt is integer
+    }
 )
 
 
@@ -59,20 +64,16 @@ def report_to_dict(report: Report) -> dict[str, Any]:
         "warmup_epochs": int(report.warmup_epochs),
     }
     for spec in TABLES:
-        records = getattr(report, spec.name).astype(object).to_dict("records")
-        rows = []
-        for rec in records:
-            row = {col.key: _plain(rec.get(col.name)) for col in spec.columns}
-            for col in spec.columns:
-                if (col.dtype == "int64" or col.fmt is integer) and row[col.key] is not None:
-                    row[col.key] = int(row[col.key])
-            rows.append(row)
-        out[spec.name] = rows
+        out[spec.name] = _rows(report, spec)
     out["baseline"] = _masked(report.baseline)
     out["epoch_time"] = [pair_intervals(row) for row in out["epoch_time"]]
     out["gpu"] = [_paired(row, GPU_INTERVALS) for row in out["gpu"]]
     out["throughput"] = [_paired(row, ("samples_per_sec",)) for row in out["throughput"]]
     out.update(json_fields(report))
+    from itwin_report.render.time_to_target import target_fields, target_tables
+
+    rows = _rows(report, TIME_TO_TARGET) if target_tables(report) else []
+    out.update(target_fields(report, rows))
     out["stragglers"] = _frame_records(getattr(report, "stragglers", None))
     out["trace_ranks"] = _frame_records(getattr(report, "trace_ranks", None))
     out["warnings"] = [mask_text(w) for w in report.warnings]
@@ -85,6 +86,18 @@ def report_to_dict(report: Report) -> dict[str, Any]:
     out.update(decision_fields(report))
     out["summary"] = [{k: mask_text(v) for k, v in rec.items()} for rec in summary_records(report)]
     return out
+
+
+def _rows(report: Report, spec: TableSpec) -> list[dict[str, Any]]:
+    """Table ``spec`` of ``report`` as JSON rows (its columns' JSON names, plain values)."""
+    rows = []
+    for rec in getattr(report, spec.name).astype(object).to_dict("records"):
+        row = {col.key: _plain(rec.get(col.name)) for col in spec.columns}
+        for col in spec.columns:
+            if (col.dtype == "int64" or col.fmt is integer) and row[col.key] is not None:
+                row[col.key] = int(row[col.key])
+        rows.append(row)
+    return rows
 
 
 def _frame_records(frame: Any) -> list[dict[str, Any]]:
@@ -151,7 +164,9 @@ def write_csv(report: Report) -> str:
 
     columns: list[str] = ["table"]
     rows: list[dict[str, Any]] = []
-    for spec in TABLES:
+    from itwin_report.render.time_to_target import target_tables
+
+    for spec in (*TABLES, *target_tables(report)):
         columns += [c for c in spec.names if c not in columns]
         text_columns = [c.name for c in spec.columns if c.is_text]
         for rec in getattr(report, spec.name).astype(object).to_dict("records"):
@@ -165,7 +180,7 @@ def write_csv(report: Report) -> str:
             cells = {k: csv_text(mask_text(v)) if isinstance(v, str) else v for k, v in rec.items()}
             rows.append({"table": name, **cells})
     out = pd.DataFrame(rows, columns=columns)
-    for name in INTEGER_COLUMNS:
+    for name in (c for c in INTEGER_COLUMNS if c in out):
         out[name] = pd.to_numeric(out[name]).astype("Int64")
     return str(out.to_csv(index=False, lineterminator="\n"))
 

@@ -36,6 +36,7 @@ TABLE_FIGURES: dict[str, tuple[str, ...]] = {
     "throughput": ("throughput", "rates"),
     "pareto": ("pareto",),
     "time_breakdown": ("time_breakdown",),
+    "time_to_target": ("convergence", "time_to_target_speedup"),
 }
 WIDE_TABLE = 8  # tables with more columns than this sit above their plots, not beside them
 

@@ -333,6 +333,9 @@ def layout(report: Report) -> Layout:
         cost = cost_block(report) if spec is GPU else None
         if cost is not None:
             blocks.append(cost)
+    from itwin_report.render.time_to_target import target_blocks
+
+    blocks += target_blocks(report)
     blocks += analysis_blocks(report)
     blocks += decision_blocks(report)
     if report.warnings:

@@ -32,7 +32,10 @@ from itwin_report.report.gpu import gpu_table
 from itwin_report.report.model import Analysis, Report
 from itwin_report.report.series import rate_series
 from itwin_report.report.stragglers import metric_stragglers
+from itwin_report.report.target import Target, parse_target
 from itwin_report.report.throughput import throughput_table
+from itwin_report.report.time_to_target import add_time_to_target
+from itwin_report.util.errors import BadOption
 from itwin_report.util.notes import tagged
 from itwin_report.util.text import name_list
 
@@ -56,6 +59,7 @@ def build_report(
     max_energy_per_speedup: float | None = None,
     deadline: tuple[float | None, int | None] | None = None,
     traces: RunTraces | None = None,
+    target: str | Target | None = None,
 ) -> Report:
     """Aggregate ``data`` into a :class:`Report`; raises ``BadOption`` on bad options (the
     rules of :mod:`itwin_report.options`).
@@ -67,7 +71,12 @@ def build_report(
     ``traces``: profiler traces already read and matched to ``data``'s worker runs
     (:func:`itwin_report.traces.analyze.run_traces`): their per-rank breakdown feeds the time
     breakdown and the computation table, their stragglers join the metrics' ones.
+    ``target``: ``METRIC>=VALUE`` or ``METRIC<=VALUE`` (:mod:`itwin_report.report.target`):
+    adds the time-to-target table (:mod:`itwin_report.report.time_to_target`).
     """
+    goal = None if target is None else parse_target(target)
+    if gate is not None and gate[1] == "time-to-target" and goal is None:
+        raise BadOption("--gate-on time-to-target needs --target METRIC>=VALUE")
     costs = costs or CostFactors()
     hours, epochs = deadline or (None, None)
     ReportOptions.of(
@@ -140,6 +149,8 @@ def build_report(
         stragglers=slow,
         trace_ranks=ranks,
     )
+    if goal is not None:
+        add_time_to_target(report, data, goal, used)
     if gate is not None:
         report.gate = evaluate(report, *gate)
     return report

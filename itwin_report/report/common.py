@@ -50,6 +50,7 @@ def normalized(data: RunData) -> RunData:
             ["run_id", "total_samples", "total_time"], kind="stable"
         ),
         warnings=list(data.warnings),
+        logged_keys=list(data.logged_keys),
     )
 
 

@@ -19,10 +19,15 @@ from itwin_report.util.text import name_list
 if TYPE_CHECKING:
     from itwin_report.report import Report
 
-GATE_ON = {"epoch-time": "epoch_time", "throughput": "throughput"}
+GATE_ON = {
+    "epoch-time": "epoch_time",
+    "throughput": "throughput",
+    "time-to-target": "time_to_target",
+}
 KIND_WORDS = {
     "epoch-time": "epoch-time efficiency",
     "throughput": "end-to-end throughput efficiency",
+    "time-to-target": "time-to-target efficiency",
 }
 
 
@@ -87,15 +92,21 @@ def evaluate(report: Report, threshold: float, on: str = "epoch-time") -> GateVe
 def configurations_of(report: Report) -> set[tuple[str, int]]:
     """Every configuration any table of the report holds."""
     out: set[tuple[str, int]] = set()
-    for frame in (report.epoch_time, report.gpu, report.computation, report.throughput):
+    frames = [report.epoch_time, report.gpu, report.computation, report.throughput]
+    if getattr(report, "target", None) is not None:
+        frames.append(report.time_to_target)
+    for frame in frames:
         out |= {(str(s), int(w)) for s, w in zip(frame["strategy"], frame["workers"], strict=True)}
     return out
 
 
 def require_measurements(report: Report) -> None:
     """Raise :class:`NothingMeasured` (exit 5) when the report measured no scaling at all:
-    neither an epoch time nor a throughput for any configuration. The one line says why."""
+    neither an epoch time nor a throughput nor, with a target, a time-to-target row for any
+    configuration. The one line says why."""
     if len(report.epoch_time) or len(report.throughput):
+        return
+    if getattr(report, "target", None) is not None and len(report.time_to_target):
         return
     raise NothingMeasured(f"nothing to report for experiment {report.experiment!r}: {_why(report)}")
 

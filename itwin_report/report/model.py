@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from itwin_report.report.cost import CostFactors
     from itwin_report.report.decision import Decision
     from itwin_report.report.gate import GateVerdict
+    from itwin_report.report.target import Target
 
 __all__ = ["Analysis", "Report"]
 
@@ -49,6 +50,14 @@ class Report:
     # one row per job and rank with a matched profiler trace (report/breakdown.py's
     # TRACE_RANK_COLUMNS); empty without traces
     trace_ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the quality target (--target) and, per configuration, the time to reach it
+    # (report/time_to_target.py); one row per job with its outcome in time_to_target_runs
+    target: Target | None = None
+    time_to_target: pd.DataFrame = field(default_factory=lambda: _empty("time_to_target"))
+    time_to_target_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # the target metric's points per run (strategy, workers, job_id, seconds since the run's
+    # start, value), for the convergence plot
+    convergence: pd.DataFrame = field(default_factory=pd.DataFrame)
     # the loaded data the report was built from (for the page's title block); not compared
     data: RunData | None = field(default=None, repr=False, compare=False)
 
@@ -74,7 +83,7 @@ class Analysis:
 
 def _empty(table: str) -> pd.DataFrame:
     """An empty ``table`` with the columns and dtypes of its spec."""
-    from itwin_report.report.specs import SPECS
+    from itwin_report.report.specs import SPECS, TIME_TO_TARGET
 
-    spec = SPECS[table]
+    spec = TIME_TO_TARGET if table == TIME_TO_TARGET.name else SPECS[table]
     return pd.DataFrame({c.name: pd.Series(dtype=c.dtype) for c in spec.columns})

@@ -10,11 +10,16 @@ Light module: standard library only, so ``--help`` stays fast.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 from itwin_report.report.columns import (  # the building blocks, used with the specs
+    MISSING,
     Column,
     TableSpec,
     flag,
     integer,
+    is_missing,
     number,
     percent_of_fraction,
     text,
@@ -525,6 +530,83 @@ TIME_BREAKDOWN = TableSpec(
     ),
 )
 
+
+@dataclass(frozen=True)
+class _OfRuns(Column):
+    """A count shown with the row's runs: ``4 of 5``."""
+
+    def cell(self, row: dict[str, Any]) -> str:
+        shown = self.fmt(row.get(self.name))
+        runs = row.get("runs")
+        return shown if shown == MISSING or is_missing(runs) else f"{shown} of {integer(runs)}"
+
+
+TIME_TO_TARGET = TableSpec(
+    "time_to_target",
+    "Time to target",
+    "No time to target: no run logged the target's metric.",
+    (
+        *_key_columns()[:2],
+        Column(
+            "runs",
+            "int64",
+            None,
+            integer,
+            description="Jobs of the configuration, whether they reached the target or not.",
+        ),
+        _OfRuns(
+            "runs_reached",
+            "int64",
+            "Reached",
+            integer,
+            description="Jobs with a point that meets the target (shown as 'reached of runs'); "
+            "the others are left out of the means.",
+        ),
+        Column(
+            "avg_time_to_target_s",
+            "float64",
+            "Time to target",
+            SECONDS,
+            description="From the worker run's start to the timestamp of the first point that "
+            "meets the target, averaged over the runs that reached it.",
+        ),
+        *_interval("time_to_target", "the mean time to target (Student-t over runs)"),
+        Column(
+            "epochs_to_target",
+            "float64",
+            "Epochs to target",
+            number(".1f"),
+            description="The step of that first point, read as epochs, averaged over the runs "
+            "that reached the target.",
+        ),
+        Column(
+            "global_batch_size",
+            "float64",
+            "Global batch",
+            number(",.0f"),
+            description="The global_batch_size param, else batch_size x workers (n/a: neither).",
+        ),
+        Column(
+            "speedup",
+            "float64",
+            "Speedup",
+            SPEEDUP,
+            json_name="time_to_target_speedup",
+            description="Time-to-target speedup: t(base) / t(workers).",
+        ),
+        Column(
+            "efficiency",
+            "float64",
+            "Efficiency (time to target)",
+            percent_of_fraction,
+            json_name="time_to_target_efficiency",
+            description="Time-to-target efficiency: speedup * base workers / workers.",
+        ),
+        *_base_columns(),
+    ),
+)
+"""Printed after the other tables, only when a target is given (``--target``)."""
+
 TABLES: tuple[TableSpec, ...] = (EPOCH_TIME, GPU, COMPUTATION, THROUGHPUT, TIME_BREAKDOWN)
 """The report's tables, in the order they are printed."""
 
@@ -539,7 +621,7 @@ def spec(name: str) -> TableSpec:
 
 def _dtypes() -> dict[str, str]:
     out: dict[str, str] = {}
-    for table in TABLES:
+    for table in (*TABLES, TIME_TO_TARGET):
         for col in table.columns:
             if out.setdefault(col.name, col.dtype) != col.dtype:
                 raise TypeError(f"column {col.name!r} has two dtypes")

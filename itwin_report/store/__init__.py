@@ -127,8 +127,13 @@ def load_experiment(
     workers_param: str = WORKERS_PARAM,
     cache: CacheSettings | None = None,
     http: HttpLimits | None = None,
+    extra_metrics: Sequence[str] = (),
 ) -> RunData:
     """Worker runs, metrics, profiles and performance records of one experiment.
+
+    ``extra_metrics``: metric keys to read besides the report's own (a validation metric for
+    time to target), every point as logged. When one of them has no point in any worker run,
+    ``RunData.logged_keys`` lists the keys the experiment's runs did log.
 
     ``strategy_param`` and ``workers_param`` name the params that define a configuration
     (itwinai's ``strategy`` and ``global_world_size`` by default). ``cache``: where an HTTP
@@ -142,6 +147,7 @@ def load_experiment(
     nothing. Skipped runs and malformed data are reported in ``RunData.warnings``.
     """
     reader = _open_reader(tracking_uri, cache, http)
+    reader.extra_keys = tuple(dict.fromkeys(extra_metrics))
     try:
         return _load(
             reader,
@@ -165,7 +171,7 @@ def _load(
     show_progress: bool,
     renamed: Mapping[str, str] | None = None,
 ) -> RunData:
-    from itwin_report.data.rundata import METRIC_KEYS, RunData
+    from itwin_report.data.rundata import RunData, metric_keys
     from itwin_report.store.artifacts import read_artifacts
     from itwin_report.store.metrics import tidy_metrics
     from itwin_report.store.tree import WORKER_PARAMS, choose_experiment, select_workers
@@ -182,7 +188,8 @@ def _load(
     )
     workers = selection.workers
     ids = list(workers["run_id"])
-    with progress("Loading metrics", len(ids) * len(METRIC_KEYS), show_progress) as advance:
+    keys = metric_keys(reader.extra_keys)
+    with progress("Loading metrics", len(ids) * len(keys), show_progress) as advance:
         metrics = reader.metrics(exp_id, ids, advance) if ids else None
     remote = getattr(reader, "remote_artifact", None)
     candidates = _may_hold_artifacts(workers)
@@ -205,8 +212,10 @@ def _load(
         ),
     )
     if metrics is not None:
-        data.metrics, more = tidy_metrics(metrics)
+        data.metrics, more = tidy_metrics(metrics, reader.extra_keys)
         data.warnings.extend(more)
+    if set(reader.extra_keys) - set(data.metrics["key"].astype(str)):
+        data.logged_keys = reader.logged_keys(exp_id, ids) if ids else []
     # the single place where the loaded data is validated
     from itwin_report.data.validate import validate
 

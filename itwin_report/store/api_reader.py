@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.data.frames import STR
-from itwin_report.data.rundata import METRIC_KEYS
+from itwin_report.data.rundata import metric_keys
 from itwin_report.store.http_cache import CacheSettings, HttpCache, run_signature
 from itwin_report.store.rest import (
     ARTIFACTS_PATH,
@@ -202,6 +202,8 @@ class ApiReader:
         self.cache: HttpCache | None = None
         self._signatures: dict[str, str | None] = {}
         self._metric_keys: dict[str, list[str]] = {}
+        self._logged_keys: dict[str, list[str]] = {}
+        self.extra_keys: tuple[str, ...] = ()  # keys to read besides the report's own
         self.warnings: list[str] = []
         self._shared: dict[str, tuple[str, str]] = {}  # artifact root -> shared folder, child
         self._listings: dict[str, set[str] | None] = {}  # shared folder -> names it holds
@@ -273,7 +275,7 @@ class ApiReader:
             from itwin_report.store import mlflow_api
 
             found = mlflow_api.search_all_runs(
-                self.uri, str(experiment_id), param_keys, METRIC_KEYS
+                self.uri, str(experiment_id), param_keys, metric_keys(self.extra_keys)
             )
         else:
             body = {
@@ -283,11 +285,13 @@ class ApiReader:
             }
             pages = self.http.pages(RUNS_PATH, body, "runs", "search runs")
             found = []
+            wanted = metric_keys(self.extra_keys)
             with self._shape("search runs"):
                 for run in objects(list(pages), "runs"):
-                    found.append(run_record(run, param_keys, METRIC_KEYS))
+                    found.append(run_record(run, param_keys, wanted))
                     self._signatures[found[-1]["run_id"]] = run_signature(run)
         self._metric_keys = {r["run_id"]: r["metric_keys"] for r in found}
+        self._logged_keys = {r["run_id"]: r["logged_keys"] for r in found}
         if self.http is not None:
             self._shared = shared_folders([r["artifact_uri"] for r in found], SHARED_BY)
         rows = [[r[c] for c in RAW_RUN_COLUMNS] for r in found]
@@ -301,7 +305,7 @@ class ApiReader:
         return runs, params
 
     def metrics(self, experiment_id: Any, run_ids: Sequence[str], advance: Advance) -> pd.DataFrame:
-        """Points of :data:`METRIC_KEYS` of ``run_ids``, never truncated.
+        """Points of the report's keys and the extra keys of ``run_ids``, never truncated.
 
         ``advance`` counts (run, key) pairs.
         """
@@ -320,7 +324,8 @@ class ApiReader:
                 frames.append(frame)
                 advance(len(ids))
                 done += len(ids)
-        advance(len(run_ids) * len(METRIC_KEYS) - done)  # pairs the runs never logged
+        per_run = len(metric_keys(self.extra_keys))
+        advance(len(run_ids) * per_run - done)  # pairs the runs never logged
         if self.cache is not None:
             read: dict[str, list[str]] = {}
             for ids, key in tasks:
@@ -331,6 +336,11 @@ class ApiReader:
             self.warnings.extend(self.cache.warnings)
             self.cache.warnings.clear()
         return combine([f for f in (cached, *frames) if f is not None], run_ids)
+
+    def logged_keys(self, experiment_id: Any, run_ids: Sequence[str]) -> list[str]:
+        """Every metric key ``run_ids`` logged (from their search results), sorted."""
+        del experiment_id
+        return sorted({k for r in run_ids for k in self._logged_keys.get(r, ())})
 
     def _tasks(
         self, run_ids: Sequence[str], covered: Collection[tuple[str, str]] = ()

@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from itwin_report.data.frames import STR
-from itwin_report.data.rundata import METRIC_KEYS, is_report_key
+from itwin_report.data.rundata import is_report_key, metric_keys
 from itwin_report.store.tree import PARENT_TAG, RAW_RUN_COLUMNS, listed_names
 from itwin_report.store.uri import require_file_store
 from itwin_report.util.errors import StoreError
@@ -74,6 +74,7 @@ class FileStoreReader:
         self.root = require_file_store(uri)
         self._run_dirs: dict[str, list[Path]] = {}
         self.warnings: list[str] = []
+        self.extra_keys: tuple[str, ...] = ()  # keys to read besides the report's own
 
     def close(self) -> None:
         """Nothing to release."""
@@ -157,14 +158,16 @@ class FileStoreReader:
         return runs, pd.DataFrame(params, columns=["run_id", "key", "value"])
 
     def metrics(self, experiment_id: Any, run_ids: Sequence[str], advance: Advance) -> pd.DataFrame:
-        """Points of :data:`METRIC_KEYS` (and GPU system metrics) of ``run_ids``, in one pass."""
+        """Points of the report's keys, the extra keys and GPU system metrics of ``run_ids``,
+        in one pass."""
         del experiment_id
+        wanted = metric_keys(self.extra_keys)
         lines: list[str] = []
         owners: list[tuple[str, str]] = []
         counts: list[int] = []
         for run_id in run_ids:
             for run_dir in self._run_dirs.get(run_id, []):
-                for key in [*METRIC_KEYS, *_system_keys(run_dir / "metrics")]:
+                for key in [*wanted, *_system_keys(run_dir / "metrics")]:
                     text = _read(run_dir / "metrics" / key, [])
                     if not text:
                         continue
@@ -172,7 +175,7 @@ class FileStoreReader:
                     lines.extend(points)
                     owners.append((run_id, key))
                     counts.append(len(points))
-            advance(len(METRIC_KEYS))
+            advance(len(wanted))
         if not lines:
             return pd.DataFrame(columns=["run_id", "key", "step", "value", "timestamp"])
         table = _parse_points(lines)
@@ -190,6 +193,20 @@ class FileStoreReader:
             )
             table = table[~bad]
         return table.astype({"timestamp": "int64", "step": "int64"})
+
+    def logged_keys(self, experiment_id: Any, run_ids: Sequence[str]) -> list[str]:
+        """Every metric key ``run_ids`` logged (files under their ``metrics`` folders), sorted."""
+        del experiment_id
+        found: set[str] = set()
+        for run_id in run_ids:
+            for run_dir in self._run_dirs.get(run_id, []):
+                folder = run_dir / "metrics"
+                try:
+                    files = [p for p in folder.rglob("*") if p.is_file()]
+                    found.update(p.relative_to(folder).as_posix() for p in files)
+                except OSError:
+                    continue
+        return sorted(found)
 
 
 def _system_keys(metrics_dir: Path) -> list[str]:

@@ -11,6 +11,8 @@ metrics are left out.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
@@ -19,23 +21,27 @@ from itwin_report.data.rundata import METRIC_COLUMNS, conform, is_report_key
 from itwin_report.store.points import in_order
 
 
-def _report_points(metrics: pd.DataFrame) -> pd.DataFrame:
-    """The points of the keys the report reads (the frame itself when they all are)."""
+def _report_points(metrics: pd.DataFrame, extra: Sequence[str] = ()) -> pd.DataFrame:
+    """The points of the keys the report reads and of the ``extra`` keys asked for (the frame
+    itself when they all are)."""
     keys = categorical(metrics["key"]).categories
-    wanted = [k for k in keys if is_report_key(str(k))]
+    wanted = [k for k in keys if is_report_key(str(k)) or str(k) in extra]
     return rows_where(metrics, isin(metrics["key"], wanted))
 
 
-def tidy_metrics(metrics: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+def tidy_metrics(
+    metrics: pd.DataFrame, extra: Sequence[str] = ()
+) -> tuple[pd.DataFrame, list[str]]:
     """(metrics in the schema's columns, sorted by run, key, step, timestamp, value; warnings).
 
-    Keys the report does not read are left out. ``run_id`` and ``key`` stay categoricals
+    Keys the report does not read are left out, unless ``extra`` names them (a validation
+    metric for time to target). ``run_id`` and ``key`` stay categoricals
     (the readers hand them over as such), and order works on their codes, never on the
     strings; a frame that is in order already (as the SQL reader hands it over) is checked in
     one pass, not sorted. Repeated (run, key, step) points are all kept: validation drops the
     invalid ones first, then keeps the latest of each.
     """
-    main = _report_points(metrics)
+    main = _report_points(metrics, extra)
     run = categorical(main["run_id"])  # sorted categories: the codes' order is the values'
     key = categorical(main["key"])
     value = main["value"].to_numpy(dtype="float64")

@@ -138,6 +138,7 @@ def _run_dict(run: Any, param_keys: Sequence[str], metric_keys: Sequence[str]) -
         "end_time": run.info.end_time,
         "params": {k: params[k] for k in param_keys if k in params},
         "metric_keys": report_keys(run.data.metrics, metric_keys),
+        "logged_keys": sorted(run.data.metrics),
     }
 
 

@@ -151,6 +151,7 @@ def run_record(run: dict[str, Any], param_keys: Sequence[str], metric_keys: Sequ
         "end_time": _int_or(text(info.get("end_time"), "end_time"), None) or None,
         "params": {k: params[k] for k in param_keys if k in params},
         "metric_keys": report_keys(logged, metric_keys),
+        "logged_keys": sorted(set(logged)),
     }
 
 

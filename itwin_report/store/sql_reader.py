@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from itwin_report.data.rundata import METRIC_KEYS, is_report_key
+from itwin_report.data.rundata import is_report_key, metric_keys
 from itwin_report.data.system_keys import SYSTEM_PREFIX
 from itwin_report.data.validate import POINT_INTEGER, POINT_INTEGER_TEXT, named
 from itwin_report.store.columnar import (
@@ -107,6 +107,7 @@ class SqlReader:
         self._postgres_connection = postgres_connection  # the reader's ADBC one, if any
         self._close = close
         self.uri = uri
+        self.extra_keys: tuple[str, ...] = ()  # keys to read besides the report's own
         self.has_is_nan = True
         self.warnings: list[str] = []
         self._keys: set[str] | None = None
@@ -193,7 +194,7 @@ class SqlReader:
         return self._keys
 
     def metrics(self, experiment_id: Any, run_ids: Sequence[str], advance: Advance) -> pd.DataFrame:
-        """Points of :data:`METRIC_KEYS` (and MLflow's GPU system metrics) of ``run_ids``.
+        """Points of :attr:`keys` (and MLflow's GPU system metrics) of ``run_ids``.
 
         NaN is restored from ``is_nan`` when the column exists; a point whose value is not a
         number (text in the value column) is left out with a warning naming its run. Only keys
@@ -209,13 +210,30 @@ class SqlReader:
             frame = self._postgres_metrics(experiment_id, run_ids)
             if frame is None:
                 frame = self._generic_metrics(experiment_id, run_ids)
-        advance(len(run_ids) * len(METRIC_KEYS))
+        advance(len(run_ids) * len(self.keys))
         return frame
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        """The metric keys the report reads, the extra keys asked for included."""
+        return metric_keys(self.extra_keys)
+
+    def logged_keys(self, experiment_id: Any, run_ids: Sequence[str]) -> list[str]:
+        """Every metric key the experiment's runs logged (their latest values' keys), sorted."""
+        del run_ids  # the experiment's keys: one query, no list of ids bound
+        frame = self._query(
+            "SELECT DISTINCT lm.key AS key FROM latest_metrics lm "
+            "JOIN runs r ON r.run_uuid = lm.run_uuid WHERE r.experiment_id = :exp",
+            {"exp": experiment_id},
+        )
+        return sorted({k for k in frame["key"] if isinstance(k, str)})
 
     def _wanted_keys(self) -> list[str]:
         """The keys to read, sorted: those of :data:`METRIC_KEYS` and of MLflow's per-GPU system
-        metrics (:func:`~itwin_report.data.rundata.is_report_key`) that the store holds."""
-        return sorted(k for k in self.store_keys() if is_report_key(k))
+        metrics (:func:`~itwin_report.data.rundata.is_report_key`), and the extra keys asked
+        for, that the store holds."""
+        extra = set(self.extra_keys)
+        return sorted(k for k in self.store_keys() if is_report_key(k) or k in extra)
 
     def _sqlite_metrics(self, run_ids: Sequence[str]) -> pd.DataFrame:
         """The points of the wanted keys, one query per key, in columns of numbers.
@@ -354,7 +372,7 @@ class SqlReader:
         return self._drop_bad(frame, bad)
 
     def _generic_metrics(self, experiment_id: Any, run_ids: Sequence[str]) -> pd.DataFrame:
-        keys, bind = _in_list("k", METRIC_KEYS)
+        keys, bind = _in_list("k", self.keys)
         nan = ", m.is_nan AS is_nan" if self.has_is_nan else ""
         frame = self._query(
             "SELECT m.run_uuid AS run_id, m.key AS key, m.step AS step, m.value AS value, "
@@ -363,7 +381,12 @@ class SqlReader:
             f"WHERE r.experiment_id = :exp AND (m.key IN ({keys}) OR m.key LIKE :system)",
             {"exp": experiment_id, "system": f"{SYSTEM_PREFIX}%", **bind},
         )
-        wanted = {k for k in frame["key"].unique() if isinstance(k, str) and is_report_key(k)}
+        extra = set(self.extra_keys)
+        wanted = {
+            k
+            for k in frame["key"].unique()
+            if isinstance(k, str) and (is_report_key(k) or k in extra)
+        }
         frame = frame[frame["run_id"].isin(set(run_ids)) & frame["key"].isin(wanted)]
         values = pd.to_numeric(frame["value"], errors="coerce")
         bad = values.isna() & frame["value"].notna()

@@ -209,7 +209,7 @@ def select_workers(
     cands = cands.assign(workers=checked.workers, rank=checked.rank)[~flagged].copy()
 
     not_numbers: dict[str, list[str]] = {}
-    for column in ("probing_interval", "samples_per_epoch", "batch_size"):
+    for column in ("probing_interval", "samples_per_epoch", "batch_size", "global_batch_size"):
         cands[column] = _optional_float(cands, column, names[column], not_numbers)
     warnings += grouped(not_numbers, "{what} in {n} worker run(s) of {runs}")
     for column in GPU_IDENTITY:  # text as logged, "" when absent
