@@ -233,3 +233,120 @@ def test_the_emulators_deepspeed_step_is_a_reduce_scatter_then_an_all_gather() -
         ("allgather", shard, shard * 4),
     )
     assert tracing.messages(p, "torch-ddp", 1, 0) == ()
+
+
+# size classes: all-reduce over 4 ranks of Float (4 bytes), (elements, kernel µs); each
+# kernel's busbw = bytes / time / 1e9 x 2*3/4, worked out below by hand
+SIZED = [
+    (1_048_576, 1000),  # 4 MiB: large; 4,194,304 B / 1 ms = 4.194304 GB/s, busbw 6.291456
+    (1_048_576, 2000),  # busbw 3.145728
+    (1_048_576, 4000),  # busbw 1.572864
+    (262_144, 500),  # exactly 1 MiB: large; 2.097152 GB/s, busbw 3.145728
+    (16_384, 100),  # exactly 64 KiB: medium; 0.65536 GB/s, busbw 0.98304
+    (16_383, 10),  # 65,532 B, just under 64 KiB: small; busbw 6.5532 x 1.5 = 9.8298
+    (1_024, 30),  # 4,096 B: small; 0.136533 GB/s, busbw 0.2048
+]
+
+
+def test_large_medium_and_small_messages_apart_with_busbw_quartiles(tmp_path: Path) -> None:
+    events: list[dict[str, object]] = []
+    ts = 100.0
+    for elems, dur in SIZED:
+        said = {"coll": "allreduce", "n_in": elems, "n_out": elems, "dtype": "Float", "group": 4}
+        events += _comm("ncclDevKernel_AllReduce_Sum_f32_RING_LL", ts, dur, **said)
+        ts += dur + 10
+    events += _comm("ncclDevKernel_AllReduce_Sum_f32_RING_LL", ts, 7)  # no args: unknown
+    for layout in (True, False):
+        path = _write(tmp_path / f"l{layout}" / "worker_1.1.pt.trace.json", events, layout)
+        rows = {
+            (r["size_class"], r["group_size"]): r for r in analyze_traces([path]).collective_sizes()
+        }
+        assert set(rows) == {("large", 4), ("medium", 4), ("small", 4), ("unknown", None)}
+        large = rows[("large", 4)]
+        assert large["count"] == 4 and large["bytes"] == 3 * 4_194_304 + 1_048_576
+        assert math.isclose(large["time_s"], 0.0075, rel_tol=1e-12)
+        # busbw sorted: 1.572864, 3.145728, 3.145728, 6.291456; numpy's linear quartiles at
+        # positions 0.75, 1.5, 2.25
+        assert math.isclose(large["busbw_median_gbps"], 3.145728, rel_tol=1e-9)
+        assert math.isclose(large["busbw_p25_gbps"], 1.572864 + 0.75 * 1.572864, rel_tol=1e-9)
+        assert math.isclose(large["busbw_p75_gbps"], 3.145728 + 0.25 * 3.145728, rel_tol=1e-9)
+        medium = rows[("medium", 4)]
+        assert (medium["count"], medium["bytes"]) == (1, 65_536)
+        assert math.isclose(medium["busbw_median_gbps"], 0.98304, rel_tol=1e-9)
+        assert medium["busbw_p25_gbps"] == medium["busbw_p75_gbps"] == medium["busbw_median_gbps"]
+        small = rows[("small", 4)]
+        assert (small["count"], small["bytes"]) == (2, 65_532 + 4_096)
+        assert math.isclose(small["busbw_median_gbps"], (9.8298 + 0.2048) / 2, rel_tol=1e-9)
+        assert math.isclose(small["busbw_p25_gbps"], 0.2048 + 0.25 * 9.625, rel_tol=1e-9)
+        unknown = rows[("unknown", None)]
+        assert (unknown["count"], unknown["bytes"], unknown["busbw_median_gbps"]) == (1, None, None)
+        assert math.isclose(unknown["time_s"], 7e-6, rel_tol=1e-12)
+    body = json.loads(write(analyze_traces([path]), "json"))
+    assert list(body["collective_sizes"][0]) == [
+        "rank",
+        "collective",
+        "group_size",
+        "size_class",
+        "count",
+        "bytes",
+        "time_s",
+        "busbw_median_gbps",
+        "busbw_p25_gbps",
+        "busbw_p75_gbps",
+    ]
+    table = write(analyze_traces([path]), "table")
+    assert "Collectives by message size" in table
+    line = next(x for x in table.splitlines() if " large " in x)
+    assert "3.15" in line and "2.75" in line and "3.93" in line
+
+
+# the link fit: 4 all-gather kernels over 4 ranks (factor 3/4) of Float, (out elements, µs)
+FIT = [(250_000, 40.0), (500_000, 70.0), (1_000_000, 125.0), (2_000_000, 260.0)]
+T_975_DF2 = 4.302652729911275  # Student's t, two-sided 95 %, 2 degrees of freedom (tables)
+
+
+def test_the_link_fit_against_a_hand_least_squares(tmp_path: Path) -> None:
+    events: list[dict[str, object]] = []
+    ts = 100.0
+    for elems, dur in FIT:
+        said = {"coll": "allgather", "n_in": elems // 4, "n_out": elems, "dtype": "Float"}
+        events += _comm("ncclDevKernel_AllGather_RING_LL", ts, dur, group=4, **said)
+        ts += dur + 10
+    events += _comm("ncclDevKernel_AllGather_RING_LL", ts, 5)  # unsized: not in the fit
+    path = _write(tmp_path / "worker_0.1.pt.trace.json", events, True)
+    fit = analyze_traces([path]).ranks[0].link_fit
+    assert fit is not None
+    # by hand: x = bus bytes = elements x 4 x 3/4, y = seconds
+    xs = [e * 4 * 0.75 for e, _ in FIT]
+    ys = [d / 1e6 for _, d in FIT]
+    n = 4
+    mx, my = sum(xs) / n, sum(ys) / n
+    sxx = sum((x - mx) ** 2 for x in xs)
+    b = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / sxx
+    a = my - b * mx
+    s2 = sum((y - a - b * x) ** 2 for x, y in zip(xs, ys, strict=True)) / (n - 2)
+    half_b = T_975_DF2 * math.sqrt(s2 / sxx)
+    half_a = T_975_DF2 * math.sqrt(s2 * (1 / n + mx * mx / sxx))
+    assert fit["kernels"] == 4
+    assert math.isclose(fit["alpha_s"], a, rel_tol=1e-9)
+    assert math.isclose(fit["beta_gbps"], 1 / b / 1e9, rel_tol=1e-9)
+    assert fit["alpha_ci"] == pytest.approx([a - half_a, a + half_a], rel=1e-6)
+    assert fit["beta_ci"] == pytest.approx(
+        [1 / (b + half_b) / 1e9, 1 / (b - half_b) / 1e9], rel=1e-6
+    )
+    # about 6 µs of latency and 24 GB/s of bus bandwidth
+    assert 5e-6 < fit["alpha_s"] < 20e-6 and 20 < fit["beta_gbps"] < 30
+    body = json.loads(write(analyze_traces([path]), "json"))
+    assert body["link_fits"] == [{"rank": 1, **fit}]
+    assert "Link fit, per rank" in write(analyze_traces([path]), "table")
+
+
+def test_no_link_fit_with_fewer_than_three_distinct_sizes(tmp_path: Path) -> None:
+    events: list[dict[str, object]] = []
+    for i, elems in enumerate((1000, 1000, 2000, 2000, 2000)):
+        said = {"coll": "allreduce", "n_in": elems, "n_out": elems, "dtype": "Float"}
+        events += _comm("ncclDevKernel_AllReduce", 100 + 100 * i, 10 + i, group=2, **said)
+    path = _write(tmp_path / "worker_0.1.pt.trace.json", events, True)
+    result = analyze_traces([path])
+    assert result.ranks[0].link_fit is None and result.link_fits() == []
+    assert "No rank has collectives of three or more" in write(result, "table")

@@ -46,14 +46,41 @@ COLLECTIVE_COLUMNS: tuple[tuple[str, str, str], ...] = (
     ("busbw_gbps", "busbw GB/s", "gbps"),
 )
 
+# per rank, collective, group size and size class (traces/collectives.py's size_classes)
+SIZE_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("rank", "Rank", "int"),
+    ("collective", "Collective", "text"),
+    ("group_size", "Group", "int"),
+    ("size_class", "Size", "text"),
+    ("count", "Kernels", "int"),
+    ("bytes", "Bytes", "int"),
+    ("time_s", "Kernel time", "s"),
+    ("busbw_p25_gbps", "busbw p25", "gbps"),
+    ("busbw_median_gbps", "busbw median", "gbps"),
+    ("busbw_p75_gbps", "busbw p75", "gbps"),
+)
+# per rank: kernel time = alpha + bus bytes / beta (traces/collectives.py's link_fit)
+FIT_COLUMNS: tuple[tuple[str, str, str], ...] = (
+    ("rank", "Rank", "int"),
+    ("kernels", "Kernels", "int"),
+    ("alpha_s", "alpha", "us"),
+    ("alpha_ci", "alpha 95% CI", "us"),
+    ("beta_gbps", "beta GB/s", "gbps"),
+    ("beta_ci", "beta 95% CI", "gbps"),
+)
+
 
 def _cell(value: Any, kind: str) -> str:
+    if isinstance(value, list):
+        return "[" + ", ".join(_cell(v, kind) for v in value) + "]"
     if value is None:
         return "n/a"
     if kind == "int":
         return str(int(value))
     if kind == "s":
         return f"{value:.4f} s"
+    if kind == "us":
+        return f"{value * 1e6:.1f} us"
     if kind == "pct" or kind == "gbps":
         return f"{value:.2f}"
     return str(value)
@@ -80,6 +107,21 @@ def layout(traces: TraceSet) -> Layout:
             ),
         ),
         collectives_table(traces),
+        _table(
+            traces.collective_sizes(),
+            SIZE_COLUMNS,
+            "collective_sizes",
+            "Collectives by message size, per rank (large >= 1 MiB, small < 64 KiB; busbw "
+            "quartiles over the kernels)",
+            "No collective kernel in the traces.",
+        ),
+        _table(
+            traces.link_fits(),
+            FIT_COLUMNS,
+            "link_fits",
+            "Link fit, per rank (kernel time = alpha + bus bytes / beta, least squares)",
+            "No rank has collectives of three or more message sizes to fit.",
+        ),
     ]
     if traces.warnings:
         items = [shorten(mask_text(str(w)), MAX_LINE) for w in traces.warnings]
@@ -100,6 +142,19 @@ def collectives_table(traces: TraceSet) -> Table:
         rows,
         [k != "text" for _, _, k in COLLECTIVE_COLUMNS],
         "No collective kernel in the traces.",
+    )
+
+
+def _table(
+    rows: list[dict[str, Any]],
+    columns: tuple[tuple[str, str, str], ...],
+    key: str,
+    title: str,
+    empty: str,
+) -> Table:
+    cells = [[shorten(mask_text(_cell(row[n], k))) for n, _, k in columns] for row in rows]
+    return Table(
+        key, title, [h for _, h, _ in columns], cells, [k != "text" for _, _, k in columns], empty
     )
 
 

@@ -68,10 +68,21 @@ class TraceSet:
         """Per rank, collective and group size: count, bytes, kernel time, algbw, busbw."""
         return [{"rank": r.rank, **row} for r in self.ranks for row in r.collectives]
 
+    def collective_sizes(self) -> list[dict[str, object]]:
+        """Per rank, collective, group size and size class: count, bytes, kernel time and
+        the busbw median and quartiles over the kernels."""
+        return [{"rank": r.rank, **row} for r in self.ranks for row in r.size_classes]
+
+    def link_fits(self) -> list[dict[str, object]]:
+        """Per rank with enough distinct message sizes: time = alpha + bus bytes / beta."""
+        return [{"rank": r.rank, **r.link_fit} for r in self.ranks if r.link_fit is not None]
+
     def to_dict(self) -> dict[str, object]:
         return {
             "ranks": [r.row() for r in self.ranks],
             "collectives": self.collectives(),
+            "collective_sizes": self.collective_sizes(),
+            "link_fits": self.link_fits(),
             "stragglers": self.stragglers,
             "warnings": [str(w) for w in self.warnings],
         }
@@ -110,6 +121,8 @@ def read_one(path: Path) -> RankTimeline | str:
     timeline.first_ns = wall_clock(raw, timeline.start_ns)
     if raw.collectives is not None:
         timeline.collectives = collectives.rows(raw.collectives)
+        timeline.size_classes = collectives.size_classes(raw.collectives)
+        timeline.link_fit = collectives.link_fit(raw.collectives)
     return timeline
 
 

@@ -16,6 +16,7 @@ kernel's name when its args do not say.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -160,3 +161,112 @@ def rows(kernels: CollectiveKernels) -> list[dict[str, Any]]:
 def unsized(rows_: list[dict[str, Any]]) -> int:
     """How many kernels of ``rows_`` have unknown bytes."""
     return sum(int(r["count"]) for r in rows_ if r["bytes"] is None)
+
+
+# message size classes (nccl-tests' sweep: below 64 KiB a collective's time is its latency,
+# from 1 MiB on it is bandwidth-bound; between the two both count)
+LARGE_BYTES = 1 << 20
+SMALL_BYTES = 64 << 10
+SIZE_CLASSES = ("large", "medium", "small", UNKNOWN)
+
+
+def per_kernel(kernels: CollectiveKernels) -> tuple[np.ndarray, np.ndarray]:
+    """Each kernel's message bytes (NaN: unknown) and nccl-tests' bus factor (NaN: none)."""
+    n = kernels.dur_us.size
+    size = np.array([dtype_bytes(d) for d in kernels.names], dtype=np.float64)
+    elems = np.maximum(kernels.in_elems, kernels.out_elems).astype(np.float64)
+    each = size[kernels.dtype]
+    per = np.where((each > 0) & (elems >= 0), each * elems, np.nan)
+    cache: dict[tuple[int, int], float] = {}
+    factor = np.empty(n)
+    for i in range(n):
+        key = (int(kernels.collective[i]), int(kernels.group[i]))
+        if key not in cache:
+            found = bus_factor(kernels.names[key[0]], key[1] if key[1] > 0 else None)
+            cache[key] = np.nan if found is None else found
+        factor[i] = cache[key]
+    return per, factor
+
+
+def size_class(size: float) -> str:
+    """``large`` (≥ 1 MiB), ``medium``, ``small`` (< 64 KiB) or ``unknown`` (NaN)."""
+    if size != size:
+        return UNKNOWN
+    return "large" if size >= LARGE_BYTES else "small" if size < SMALL_BYTES else "medium"
+
+
+def size_classes(kernels: CollectiveKernels) -> list[dict[str, Any]]:
+    """Per collective, group size and size class: ``count``, ``bytes`` (None: unknown),
+    ``time_s`` and the median, 25th and 75th percentiles of the kernels' own busbw
+    (``busbw_median_gbps``, ``busbw_p25_gbps``, ``busbw_p75_gbps``; None without a factor or
+    a kernel time)."""
+    size, factor = per_kernel(kernels)
+    busbw = size / (kernels.dur_us * 1e3) * factor  # bytes/µs/1e3 = GB/s
+    groups: dict[tuple[str, int, int], list[int]] = {}
+    for i in range(size.size):
+        key = (
+            kernels.names[int(kernels.collective[i])],
+            int(kernels.group[i]),
+            SIZE_CLASSES.index(size_class(float(size[i]))),
+        )
+        groups.setdefault(key, []).append(i)
+    out = []
+    for (name, group, klass), members in sorted(groups.items()):
+        idx = np.asarray(members)
+        bw = busbw[idx][np.isfinite(busbw[idx]) & (kernels.dur_us[idx] > 0)]
+        p25, median, p75 = np.percentile(bw, [25, 50, 75]) if bw.size else (None,) * 3
+        sized = SIZE_CLASSES[klass] != UNKNOWN
+        out.append(
+            {
+                "collective": name,
+                "group_size": group if group > 0 else None,
+                "size_class": SIZE_CLASSES[klass],
+                "count": int(idx.size),
+                "bytes": int(size[idx].sum()) if sized else None,
+                "time_s": float(kernels.dur_us[idx].sum()) / 1e6,
+                "busbw_median_gbps": _float(median),
+                "busbw_p25_gbps": _float(p25),
+                "busbw_p75_gbps": _float(p75),
+            }
+        )
+    return out
+
+
+def link_fit(kernels: CollectiveKernels) -> dict[str, Any] | None:
+    """Kernel time = α + bus bytes / β by least squares over the sized kernels with a bus
+    factor and a kernel time (bus bytes: bytes × the factor, so β is a bus bandwidth):
+    ``alpha_s`` and ``beta_gbps`` with their 95 % intervals (``alpha_ci``, ``beta_ci``:
+    [low, high], a bound None where β's interval reaches infinity) and ``kernels``; None with
+    fewer than 3 distinct bus sizes or a fitted slope that is not positive."""
+    size, factor = per_kernel(kernels)
+    bus = size * factor
+    keep = np.isfinite(bus) & (kernels.dur_us > 0)
+    x, y = bus[keep], kernels.dur_us[keep] / 1e6
+    if np.unique(x).size < 3:
+        return None
+    n = x.size
+    mx = x.mean()
+    sxx = float(np.sum((x - mx) ** 2))
+    slope = float(np.sum((x - mx) * (y - y.mean()))) / sxx
+    alpha = float(y.mean()) - slope * float(mx)
+    if not slope > 0:
+        return None
+    resid = y - alpha - slope * x
+    s2 = float(np.sum(resid**2)) / (n - 2)
+    se_slope = math.sqrt(s2 / sxx)
+    se_alpha = math.sqrt(s2 * (1 / n + float(mx) ** 2 / sxx))
+    from itwin_report.analysis.intervals import t_quantile
+
+    q = t_quantile(n - 2)
+    low, high = slope - q * se_slope, slope + q * se_slope
+    return {
+        "alpha_s": alpha,
+        "alpha_ci": [alpha - q * se_alpha, alpha + q * se_alpha],
+        "beta_gbps": 1 / slope / 1e9,
+        "beta_ci": [1 / high / 1e9, 1 / low / 1e9 if low > 0 else None],
+        "kernels": int(n),
+    }
+
+
+def _float(value: Any) -> float | None:
+    return None if value is None else float(value)

@@ -66,6 +66,11 @@ class RankTimeline:
     # per collective and group size of the trace's communication kernels (every one, the
     # window aside): traces/collectives.py's rows, set by the reader's caller too
     collectives: list[dict[str, object]] = field(default_factory=list)
+    # the same kernels per collective, group size and size class (large, medium, small,
+    # unknown) with the median and quartiles of their busbw, and the rank's link fit
+    # (time = alpha + bus bytes / beta; None when it cannot be fitted): set with collectives
+    size_classes: list[dict[str, object]] = field(default_factory=list)
+    link_fit: dict[str, object] | None = None
 
     def row(self) -> dict[str, object]:
         """The JSON row of ``analyze-traces``."""
