@@ -280,8 +280,8 @@ MUTANTS = (
         "M31",
         "a message's bytes from its input buffer only (an all-gather's output ignored)",
         "itwin_report/traces/collectives.py",
-        "elems = max(in_elems, out_elems)",
-        "elems = in_elems",
+        "elems = np.maximum(kernels.in_elems, kernels.out_elems).astype(np.float64)",
+        "elems = kernels.in_elems.astype(np.float64)",
         ("tests/test_traces_collectives.py",),
     ),
     Mutant(
@@ -331,6 +331,14 @@ MUTANTS = (
         'base_rule.apply(table, "avg_time_to_target_s", False, used)',
         'base_rule.apply(table, "avg_time_to_target_s", False, base_rule.Baseline("x"))',
         ("tests/test_time_to_target.py",),
+    ),
+    Mutant(
+        "M38",
+        "a message of exactly 1 MiB counted as medium, not large",
+        "itwin_report/traces/collectives.py",
+        'return "large" if size >= LARGE_BYTES',
+        'return "large" if size > LARGE_BYTES',
+        ("tests/test_traces_collectives.py",),
     ),
 )
 

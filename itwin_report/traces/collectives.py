@@ -99,13 +99,6 @@ def bus_factor(collective: str, n: int | None) -> float | None:
     return None
 
 
-def message_bytes(in_elems: int, out_elems: int, dtype: str) -> int | None:
-    """max(in, out) elements × the dtype's size; None when the sizes or the dtype are unknown."""
-    size = dtype_bytes(dtype)
-    elems = max(in_elems, out_elems)
-    return elems * size if size and elems >= 0 else None
-
-
 @dataclass
 class CollectiveKernels:
     """The collective kernels of one trace, one entry per kernel: duration (µs), collective,
@@ -125,17 +118,17 @@ def rows(kernels: CollectiveKernels) -> list[dict[str, Any]]:
     """Per collective and group size (sized kernels and unsized ones apart): ``collective``,
     ``group_size``, ``count``, ``bytes`` (None: unknown), ``time_s``, ``algbw_gbps``,
     ``busbw_gbps``."""
+    size, _ = per_kernel(kernels)
     groups: dict[tuple[str, int, bool], list[float]] = {}
     for i in range(kernels.dur_us.size):
-        name = kernels.names[int(kernels.collective[i])]
-        group = int(kernels.group[i])
-        size = message_bytes(
-            int(kernels.in_elems[i]), int(kernels.out_elems[i]), kernels.names[kernels.dtype[i]]
+        key = (
+            kernels.names[int(kernels.collective[i])],
+            int(kernels.group[i]),
+            bool(size[i] == size[i]),
         )
-        key = (name, group, size is not None)
         acc = groups.setdefault(key, [0, 0.0, 0.0])
         acc[0] += 1
-        acc[1] += size or 0
+        acc[1] += float(size[i]) if size[i] == size[i] else 0.0
         acc[2] += float(kernels.dur_us[i])
     out = []
     for (name, group, sized), (count, total, dur_us) in sorted(
@@ -171,7 +164,8 @@ SIZE_CLASSES = ("large", "medium", "small", UNKNOWN)
 
 
 def per_kernel(kernels: CollectiveKernels) -> tuple[np.ndarray, np.ndarray]:
-    """Each kernel's message bytes (NaN: unknown) and nccl-tests' bus factor (NaN: none)."""
+    """Each kernel's message bytes, max(in, out) elements × the dtype's size (NaN when the
+    sizes or the dtype are unknown), and nccl-tests' bus factor (NaN: none)."""
     n = kernels.dur_us.size
     size = np.array([dtype_bytes(d) for d in kernels.names], dtype=np.float64)
     elems = np.maximum(kernels.in_elems, kernels.out_elems).astype(np.float64)
