@@ -356,7 +356,7 @@ def bench_http_sqlite(results: dict[str, object]) -> None:
         )
         SUMMARY.append(
             (
-                f"repeat_{runs}",
+                f"{runs:,} runs through `mlflow server`, repeat read (cache), vs direct",
                 f"{repeat_ratio:.2f}x the direct read, tables {'identical' if same else 'DIFFER'}",
                 f"<= {REPEAT_GOAL:g}x",
                 repeat_ratio <= REPEAT_GOAL and same,
