@@ -12,8 +12,8 @@ from conftest import cli_runner
 from test_report_builders import make_data, metric, run
 
 from itwin_report.cli import main
+from itwin_report.options import BadTarget, Target, parse_target
 from itwin_report.report import build_report
-from itwin_report.report.target import BadTarget, Target, parse_target
 from itwin_report.util.errors import EXIT_USAGE
 
 T0 = 1_700_000_000_000

@@ -340,6 +340,22 @@ MUTANTS = (
         'return "large" if size > LARGE_BYTES',
         ("tests/test_traces_collectives.py",),
     ),
+    Mutant(
+        "M39",
+        "compare's time to target tested on the runs' epoch times, not their times to target",
+        "itwin_report/analysis/noise_tests.py",
+        "terms = _runs_terms(key, baseline.target_runs, current.target_runs)",
+        "terms = _runs_terms(key, baseline.runs, current.runs)",
+        ("tests/test_compare_target.py",),
+    ),
+    Mutant(
+        "M40",
+        "a configuration whose runs no longer reach the target passes compare",
+        "itwin_report/analysis/comparison.py",
+        "return self.baseline[0] > 0 and self.current[0] == 0",
+        "return self.baseline[0] == 0 and self.current[0] > 0",
+        ("tests/test_compare_target.py",),
+    ),
 )
 
 

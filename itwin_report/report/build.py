@@ -19,7 +19,7 @@ from itwin_report.analysis.scaling_models import (
     predict,
 )
 from itwin_report.data.rundata import RunData
-from itwin_report.options import ReportOptions
+from itwin_report.options import ReportOptions, Target, parse_target
 from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.breakdown import merged_stragglers, time_breakdown, trace_ranks
 from itwin_report.report.common import normalized
@@ -32,7 +32,6 @@ from itwin_report.report.gpu import gpu_table
 from itwin_report.report.model import Analysis, Report
 from itwin_report.report.series import rate_series
 from itwin_report.report.stragglers import metric_stragglers
-from itwin_report.report.target import Target, parse_target
 from itwin_report.report.throughput import throughput_table
 from itwin_report.report.time_to_target import add_time_to_target
 from itwin_report.util.errors import BadOption
@@ -71,7 +70,7 @@ def build_report(
     ``traces``: profiler traces already read and matched to ``data``'s worker runs
     (:func:`itwin_report.traces.analyze.run_traces`): their per-rank breakdown feeds the time
     breakdown and the computation table, their stragglers join the metrics' ones.
-    ``target``: ``METRIC>=VALUE`` or ``METRIC<=VALUE`` (:mod:`itwin_report.report.target`):
+    ``target``: ``METRIC>=VALUE`` or ``METRIC<=VALUE`` (:func:`itwin_report.options.parse_target`):
     adds the time-to-target table (:mod:`itwin_report.report.time_to_target`).
     """
     goal = None if target is None else parse_target(target)

@@ -11,10 +11,10 @@ from itwin_report.data.rundata import RunData
 
 if TYPE_CHECKING:
     from itwin_report.analysis.scaling_models import StrategyModels
+    from itwin_report.options import Target
     from itwin_report.report.cost import CostFactors
     from itwin_report.report.decision import Decision
     from itwin_report.report.gate import GateVerdict
-    from itwin_report.report.target import Target
 
 __all__ = ["Analysis", "Report"]
 

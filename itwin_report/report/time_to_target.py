@@ -30,12 +30,12 @@ import pandas as pd
 from itwin_report.analysis.intervals import mean_interval, ratio_interval
 from itwin_report.data.frames import as_text
 from itwin_report.data.rundata import RunData
+from itwin_report.options import Target
 from itwin_report.report import baseline as base_rule
 from itwin_report.report import specs as tables
 from itwin_report.report.baseline import Baseline
 from itwin_report.report.columns import base_of, is_missing
 from itwin_report.report.common import finish, label
-from itwin_report.report.target import Target
 from itwin_report.util.notes import Note, tagged
 from itwin_report.util.text import name_list
 
