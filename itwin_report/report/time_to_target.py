@@ -191,7 +191,7 @@ def time_to_target_table(data: RunData, target: Target, used: Baseline) -> TimeT
         )
     runs, warnings = run_outcomes(data, target)
     rows = [_row(s, w, group) for s, w, group in by_config(runs)]
-    table = finish(rows, COLUMNS[:9])
+    table = finish(rows, COLUMNS[:10])
     table, notes = base_rule.apply(table, "avg_time_to_target_s", False, used)
     never = [
         label(str(r["strategy"]), int(str(r["workers"]))) for r in rows if not r["runs_reached"]
