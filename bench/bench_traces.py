@@ -18,6 +18,7 @@ most 3×) and the largest difference between the two tools' percentages. Results
 ``bench/out/traces.json``.
 
     .venv/bin/python bench/bench_traces.py            # 2 ranks of about 200 MB
+    BENCH_TRACE_BASELINE=main .venv/bin/python bench/bench_traces.py  # and against main
     HTA_PYTHON=.venv-hta/bin/python BENCH_TRACE_MB=50 BENCH_TRACE_RANKS=4 \
         .venv/bin/python bench/bench_traces.py
 """
@@ -83,10 +84,14 @@ def kineto_text(event: dict[str, Any]) -> str:
     return text + "\n  }"
 
 
-def realistic(event: dict[str, Any], step: int, group: int, spec: Any) -> list[dict[str, Any]]:
+def realistic(
+    event: dict[str, Any], step: int, group: int, spec: Any, comms: frozenset[int] = frozenset()
+) -> list[dict[str, Any]]:
     """An emulated event as it would be in a real trace: the emulator's steps grouped into one
     ``ProfilerStep`` (host and device side); each launch inside the ``cpu_op`` that made it,
-    with a flow start; kernels with their arguments."""
+    with a flow start (a collective's, whose correlation is in ``comms``, inside
+    ``record_param_comms`` with its input's shape, as PyTorch 2.x records it); kernels with
+    their arguments."""
     name, cat, args = str(event.get("name")), event.get("cat"), event.get("args", {})
     if "ProfilerStep" in name:
         if step % group:
@@ -97,9 +102,13 @@ def realistic(event: dict[str, Any], step: int, group: int, spec: Any) -> list[d
     if cat == "cuda_runtime":
         corr = args["correlation"]
         op = "aten::copy_" if name == "cudaMemcpyAsync" else "aten::addmm"
+        op = "record_param_comms" if corr in comms else op
         parent = {**event, "cat": "cpu_op", "name": op, "ts": event["ts"] - 3.0}
         parent |= {"dur": event["dur"] + 6.0}
         parent["args"] = {"External id": corr, "Record function id": 0, "Ev Idx": corr}
+        if corr in comms:
+            parent["args"] |= {"Input Dims": [[6_250_000], [], []]}
+            parent["args"] |= {"Input type": ["float", "Int", "Int"]}
         launch = {**event, "args": {"External id": corr, "cbid": 211, "correlation": corr}}
         flow = {"ph": "s", "id": corr, "pid": 1, "tid": 1, "ts": event["ts"]}
         return [parent, launch, {**flow, "cat": "ac2g", "name": "ac2g"}]
@@ -118,8 +127,14 @@ def write_trace(spec: Any, folder: Path, group: int) -> Path:
         fh.write(json.dumps(head, indent=2)[:-2] + ',\n  "traceEvents": [\n')
         sep = ""
         for step in range(-1, spec.steps):
-            for emulated in kineto.step_events(spec, step):
-                for event in realistic(emulated, step, group, spec):
+            events = kineto.step_events(spec, step)
+            comms = frozenset(
+                e["args"]["correlation"]
+                for e in events
+                if e.get("cat") == "kernel" and str(e.get("name")).startswith("nccl")
+            )
+            for emulated in events:
+                for event in realistic(emulated, step, group, spec, comms):
                     fh.write(sep + kineto_text(event))
                     sep = ",\n"
         fh.write(f'\n  ],"traceName": "worker_{spec.rank}" }}')
@@ -130,7 +145,7 @@ def traces() -> Path:
     """The generated traces (written once, kept between runs)."""
     from itwin_report.emulator import kineto
 
-    folder = OUT / "traces" / f"{RANKS}x{int(MB)}MB-{STEPS}steps-kineto"
+    folder = OUT / "traces" / f"{RANKS}x{int(MB)}MB-{STEPS}steps-kineto-comms"
     probe = kineto.RankSpec(steps=1)
     per_step = sum(
         len(kineto_text(e)) + 2
@@ -157,12 +172,12 @@ def adopt_orphans() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
-def run_once(cmd: list[str]) -> dict[str, Any]:
+def run_once(cmd: list[str], env: dict[str, str] | None = None) -> dict[str, Any]:
     """Wall seconds of ``cmd``; CPU seconds and peak resident memory (MiB) of it and of every
     process it started (its workers, a fork server and the workers forked from it)."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         start = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - start
         cpu, peak = usage.ru_utime + usage.ru_stime, usage.ru_maxrss
@@ -197,6 +212,32 @@ def best_of(cmd: list[str], label: str) -> dict[str, Any]:
         "peak_rss_mib": max(r["peak_rss_mib"] for r in runs),
         "runs": [{k: v for k, v in r.items() if k != "stdout"} for r in runs],
         "stdout": runs[-1]["stdout"],
+    }
+
+
+def against_baseline(folder: Path, rev: str) -> dict[str, Any]:
+    """Wall and CPU time of ``analyze-traces`` from this tree and from git revision ``rev``
+    (exported to a temporary folder), run in turn ``REPEAT`` times each, best of each side."""
+    root = Path(__file__).resolve().parent.parent
+    cmd = [sys.executable, "-m", "itwin_report", "analyze-traces", str(folder), "--format", "json"]
+    runs: dict[str, list[dict[str, Any]]] = {"this tree": [], rev: []}
+    with tempfile.TemporaryDirectory() as tmp:
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", rev], check=True, capture_output=True
+        )
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, check=True)
+        trees = {"this tree": str(root), rev: tmp}
+        for i in range(REPEAT):
+            for label, tree in trees.items():
+                env = {**os.environ, "PYTHONPATH": tree}
+                runs[label].append(run_once(cmd, env))
+                print(f"  {label} run {i + 1}: {runs[label][-1]['wall_s']:.2f} s", file=sys.stderr)
+    best = {k: {m: min(r[m] for r in v) for m in ("wall_s", "cpu_s")} for k, v in runs.items()}
+    return {
+        "baseline": rev,
+        "best": best,
+        "wall_ratio": best["this tree"]["wall_s"] / best[rev]["wall_s"],
+        "cpu_ratio": best["this tree"]["cpu_s"] / best[rev]["cpu_s"],
     }
 
 
@@ -252,6 +293,14 @@ def main() -> None:
             f"{'met' if result['speedup_vs_hta'] >= SPEED_GOAL else 'NOT met'}); largest "
             "difference in percentage points: "
             + ", ".join(f"{k} {v:.2f}" for k, v in result["largest_difference_pp"].items())
+        )
+    rev = os.environ.get("BENCH_TRACE_BASELINE")
+    if rev:
+        result["against_baseline"] = base = against_baseline(folder, rev)
+        print(
+            f"analyze-traces from this tree vs {rev}, best of {REPEAT} each: "
+            f"{base['best']['this tree']['wall_s']:.2f} s vs {base['best'][rev]['wall_s']:.2f} s "
+            f"wall ({base['wall_ratio']:.3f}x), CPU {base['cpu_ratio']:.3f}x"
         )
     OUT.mkdir(parents=True, exist_ok=True)
     (OUT / "traces.json").write_text(json.dumps(result, indent=1) + "\n")

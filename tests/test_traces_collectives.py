@@ -160,7 +160,7 @@ def test_each_collective_bytes_time_and_bandwidth_by_hand(
     assert math.isclose(unknown[0]["time_s"], 50e-6, rel_tol=1e-12)
     assert unknown[0]["algbw_gbps"] is None and unknown[0]["busbw_gbps"] is None
     assert [w.kind for w in result.warnings] == ["window", "unsized"]
-    assert "2 collective kernels without message sizes" in str(result.warnings[1])
+    assert "2 collectives without message sizes" in str(result.warnings[1])
     body = json.loads(write(result, "json"))
     assert list(body["collectives"][0]) == [
         "rank",
@@ -350,3 +350,167 @@ def test_no_link_fit_with_fewer_than_three_distinct_sizes(tmp_path: Path) -> Non
     result = analyze_traces([path])
     assert result.ranks[0].link_fit is None and result.link_fits() == []
     assert "No rank has collectives of three or more" in write(result, "table")
+
+
+def _op(name: str, ts: float, dur: float, tid: int, cat: str = "cpu_op", **args: object) -> dict:
+    return {
+        "ph": "X",
+        "cat": cat,
+        "name": name,
+        "pid": 1,
+        "tid": tid,
+        "ts": ts,
+        "dur": dur,
+        "args": args,
+    }
+
+
+def _older_trace() -> list[dict[str, object]]:
+    """A trace as PyTorch 1.x / early 2.x writes it: no sizes in the kernels' args, the shapes
+    on the CPU-side comms ops (recorded with record_shapes) around each launch."""
+    events = [
+        # the tensor list of c10d's dispatch op says nothing; the op inside it is larger than
+        # the innermost one, which the kernel takes
+        _op(
+            "c10d::allreduce_",
+            100,
+            200,
+            1,
+            **{"Input Dims": [[[1024, 256]], []], "Input type": ["GenericList", "Int"]},
+        ),
+        _op(
+            "record_param_comms",
+            110,
+            150,
+            1,
+            **{"Input Dims": [[2048, 256], []], "Input type": ["float", "Int"]},
+        ),
+        _op(
+            "nccl:all_reduce",
+            120,
+            100,
+            1,
+            **{"Input Dims": [[1024, 256], []], "Input type": ["float", "Int"]},
+        ),
+        # an all-gather's output and input: the larger is its message
+        _op(
+            "nccl:_all_gather_base",
+            400,
+            50,
+            1,
+            **{"Input Dims": [[4096], [1024]], "Input type": ["c10::BFloat16", "c10::BFloat16"]},
+        ),
+        _op("aten::addmm", 600, 50, 1),
+        # gloo's own op on its thread, a broadcast with its group in its args
+        _op(
+            "gloo:broadcast",
+            1000,
+            40,
+            2,
+            cat="user_annotation",
+            **{"Input Dims": [[100, 10]], "Input type": ["double"], "Group size": 2},
+        ),
+    ]
+    kernels = [  # (kernel, launch time, kernel start, duration); no sizes in their args
+        ("ncclKernel_AllReduce_RING_LL_Sum_float", 150, 300, 100),
+        ("ncclKernel_AllGather_RING_LL_Sum_bfloat16", 420, 460, 8),
+        ("ncclKernel_AllReduce_RING_LL_Sum_float", 620, 700, 30),  # launched in aten::addmm
+    ]
+    for kernel, launch, start, dur in kernels:
+        launched = _comm(kernel, start, dur)
+        launched[0]["ts"] = launch
+        events += launched
+    events += _comm("ncclKernel_AllReduce_RING_LL_Sum_float", 900, 20)[1:]  # before the window
+    return events
+
+
+def test_an_older_trace_takes_its_sizes_from_the_cpu_op_around_the_launch(tmp_path: Path) -> None:
+    for layout in (True, False):
+        path = _write(tmp_path / f"l{layout}" / "worker_1.1.pt.trace.json", _older_trace(), layout)
+        rows = {(r["collective"], r["group_size"]): r for r in analyze_traces([path]).collectives()}
+        assert set(rows) == {
+            ("all_reduce", 4),
+            ("all_gather", 4),
+            ("all_reduce", None),
+            ("broadcast", 2),
+        }
+        # 1024 x 256 floats in 100 µs: 10.48576 GB/s, busbw x 2*3/4 (the world of 4: the op
+        # names no group)
+        reduce = rows[("all_reduce", 4)]
+        assert (reduce["count"], reduce["bytes"]) == (1, 1_048_576)
+        assert math.isclose(reduce["algbw_gbps"], 10.48576, rel_tol=1e-9)
+        assert math.isclose(reduce["busbw_gbps"], 15.72864, rel_tol=1e-9)
+        # 4096 bf16 = 8192 bytes in 8 µs: 1.024 GB/s, busbw x 3/4
+        gather = rows[("all_gather", 4)]
+        assert (gather["count"], gather["bytes"]) == (1, 8192)
+        assert math.isclose(gather["busbw_gbps"], 0.768, rel_tol=1e-9)
+        # gloo's broadcast: 100 x 10 doubles in 40 µs, 0.2 GB/s, factor 1
+        cast = rows[("broadcast", 2)]
+        assert (cast["count"], cast["bytes"]) == (1, 8000)
+        assert math.isclose(cast["busbw_gbps"], 0.2, rel_tol=1e-9)
+        # launched outside a comms op, and launched before the window: unknown
+        unknown = rows[("all_reduce", None)]
+        assert (unknown["count"], unknown["bytes"]) == (2, None)
+
+
+def test_an_ops_message_is_its_largest_tensor_input() -> None:
+    from itwin_report.traces.comm_ops import input_message
+
+    assert input_message({"Input Dims": [[3, 4], [10]], "Input type": ["double", "c10::Half"]}) == (
+        12,
+        "double",
+    )
+    assert input_message(
+        {"Input Dims": [[8], [10]], "Input type": ["long int", "unsigned char"]}
+    ) == (8, "long int")
+    # scalars, tensor lists, unknown types, shapes that are not whole numbers: none
+    nothing = {
+        "Input Dims": [[], [[4, 4]], [5], [2.5], [-1], "x"],
+        "Input type": ["Int", "GenericList", "Quux", "float", "float", "float"],
+    }
+    assert input_message(nothing) == (-1, "")
+    assert input_message({"Input Dims": "x"}) == (-1, "")
+
+
+def _kept(columns: Columns) -> dict[str, object]:
+    """What a reader kept of the collectives: the kernels' columns (names decoded) and the
+    comms operators (in any order: the fast read parses gloo's at once, the others last)."""
+    columns.add_pending()
+    names = columns.c_names
+    ops = zip(
+        columns.p_ts,
+        columns.p_dur,
+        [names[c] for c in columns.p_coll],
+        columns.p_gloo,
+        columns.p_elems,
+        [names[c] for c in columns.p_dtype],
+        columns.p_group,
+        strict=True,
+    )
+    return {
+        "dur": list(columns.c_dur),
+        "corr": list(columns.c_corr),
+        "collective": [names[c] for c in columns.c_coll],
+        "group": list(columns.c_group),
+        "in": list(columns.c_in),
+        "out": list(columns.c_out),
+        "dtype": [names[c] for c in columns.c_dtype],
+        "ops": sorted(ops),
+    }
+
+
+def test_the_fast_and_the_streaming_read_keep_the_same_collectives(tmp_path: Path) -> None:
+    from itwin_report.traces.streaming import read_streaming
+
+    events = _older_trace() + _events()
+    events[0]["name"] = 'nccl:all_reduce "quoted" é'  # escaped when written: found anyway
+    path = _write(tmp_path / "worker_1.1.pt.trace.json", events, True)
+    with open_trace(path) as fh:
+        fast = Columns()
+        assert read_pieces(fh, fast, Edges()) is not None
+    with open_trace(path) as fh:
+        slow = Columns()
+        read_streaming(path, fh, slow, Edges())
+    kept = _kept(fast)
+    assert kept == _kept(slow)
+    assert len(kept["dur"]) == 4 + len(KERNELS) + 2 and len(kept["ops"]) == 5  # type: ignore[arg-type]

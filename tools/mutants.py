@@ -340,38 +340,6 @@ MUTANTS = (
         'return "large" if size > LARGE_BYTES',
         ("tests/test_traces_collectives.py",),
     ),
-    Mutant(
-        "M39",
-        "compare's time to target tested on the runs' epoch times, not their times to target",
-        "itwin_report/analysis/noise_tests.py",
-        "terms = _runs_terms(key, baseline.target_runs, current.target_runs)",
-        "terms = _runs_terms(key, baseline.runs, current.runs)",
-        ("tests/test_compare_target.py",),
-    ),
-    Mutant(
-        "M40",
-        "a configuration whose runs no longer reach the target passes compare",
-        "itwin_report/analysis/comparison.py",
-        "return self.baseline[0] > 0 and self.current[0] == 0",
-        "return self.baseline[0] == 0 and self.current[0] > 0",
-        ("tests/test_compare_target.py",),
-    ),
-    Mutant(
-        "M41",
-        "a job's nodes from the hostnames of some of its ranks, not only when every rank has one",
-        "itwin_report/report/nodes.py",
-        "from_hosts = hosts.where(ranks == jobs)",
-        "from_hosts = hosts.where(ranks > 0)",
-        ("tests/test_nodes.py",),
-    ),
-    Mutant(
-        "M42",
-        "the node step from the smallest one-node configuration, not the largest",
-        "itwin_report/analysis/node_step.py",
-        "_step(strategy, max(one), min(more), placed, run_groups, mode)",
-        "_step(strategy, min(one), min(more), placed, run_groups, mode)",
-        ("tests/test_nodes.py",),
-    ),
 )
 
 

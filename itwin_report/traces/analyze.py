@@ -189,9 +189,10 @@ def analyze_traces(paths: Iterable[Path], jobs: int | None = None) -> TraceSet:
             if unsized:
                 out.warnings.append(
                     Note(
-                        f"{path}: {plural(unsized, 'collective kernel')} without message sizes "
-                        "in its args (launched before the profiling window, or an older "
-                        "trace): bytes and bandwidth unknown",
+                        f"{path}: {plural(unsized, 'collective')} without message sizes "
+                        "(a kernel launched before the profiling window, or a trace without "
+                        "sizes in its kernels' args nor its CPU ops' shapes): bytes and "
+                        "bandwidth unknown",
                         TABLE,
                         "unsized",
                     )

@@ -16,6 +16,7 @@ kernel's name when its args do not say.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass
@@ -45,6 +46,14 @@ DTYPE_BYTES = {
     "uint16": 2,
     "uint32": 4,
     "uint64": 8,
+    # as the profiler spells a CPU op's ``Input type`` (C++ names)
+    "long int": 8,
+    "short int": 2,
+    "signed char": 1,
+    "unsigned char": 1,
+    "complex<float>": 8,
+    "complex<double>": 16,
+    "complex<c10::half>": 4,
 }
 # collective names, spelled without "_" and lower case, and the name they are reported under
 CANONICAL = (
@@ -69,8 +78,11 @@ MAX_NAME = 64  # characters of a name kept
 def canonical(name: Any) -> str:
     """The collective a kernel's ``Collective name``, or its kernel name, says
     (``_allgather_base`` and ``ncclDevKernel_AllGather_RING_LL`` are ``all_gather``)."""
-    if not isinstance(name, str):
-        return UNKNOWN
+    return _canonical(name) if isinstance(name, str) else UNKNOWN
+
+
+@functools.lru_cache(maxsize=1024)
+def _canonical(name: str) -> str:
     bare = name[:200].lower().replace("_", "")
     bare = re.sub(r"^(?:nccl|rccl|hccl)(?:dev)?kernel", "", bare)
     for spelled, out in CANONICAL:
@@ -81,8 +93,11 @@ def canonical(name: Any) -> str:
 
 def dtype_bytes(dtype: Any) -> int:
     """Bytes per element of a dtype name (``Float``, ``c10::BFloat16``); 0 when unknown."""
-    if not isinstance(dtype, str):
-        return 0
+    return _dtype_bytes(dtype) if isinstance(dtype, str) else 0
+
+
+@functools.lru_cache(maxsize=1024)
+def _dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES.get(dtype[:40].lower().removeprefix("c10::"), 0)
 
 
@@ -112,6 +127,7 @@ class CollectiveKernels:
     out_elems: np.ndarray
     dtype: np.ndarray
     names: list[str]
+    corr: np.ndarray | None = None  # each kernel's correlation (-1: none; gloo's operators)
 
 
 def rows(kernels: CollectiveKernels) -> list[dict[str, Any]]:

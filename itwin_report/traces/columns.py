@@ -19,12 +19,15 @@ pyarrow table of them (the fast read).
 
 from __future__ import annotations
 
+import json
+import re
 from array import array
 from typing import Any
 
 import numpy as np
 
 from itwin_report.traces.collectives import MAX_NAME, MAX_NAMES, UNKNOWN, canonical
+from itwin_report.traces.comm_ops import GLOO, input_message
 from itwin_report.traces.kinds import (
     COMMUNICATION,
     DEVICE_STEP,
@@ -33,6 +36,16 @@ from itwin_report.traces.kinds import (
     operator_kind,
     step_number,
 )
+
+# an event's name that may be a communication operator's (kinds.COMM_OPERATOR, widened: the
+# event is parsed and the rule applied), a communication kernel's passed over
+OP_NAME = re.compile(
+    rb'"name"\s*:\s*"(?!(?i:[nrh]ccl(?:dev)?kernel))[^"]{0,200}?'
+    rb"(?i:gloo:|nccl:|c10d::|record_param_comms|all_?reduce|all_?gather|reduce_?scatter"
+    rb"|all_?to_?all|broadcast)"
+)
+
+GLOO_NAME = re.compile(rb'"name"\s*:\s*"(?i:gloo:)')
 
 
 class Columns:
@@ -54,6 +67,12 @@ class Columns:
         self.o_ts, self.o_dur, self.o_kind = array("d"), array("d"), array("b")
         self.c_dur, self.c_coll, self.c_group = array("d"), array("i"), array("q")
         self.c_in, self.c_out, self.c_dtype = array("q"), array("q"), array("i")
+        self.c_corr = array("q")
+        self.p_ts, self.p_dur, self.p_coll = array("d"), array("d"), array("i")
+        self.p_gloo, self.p_elems = array("b"), array("q")
+        self.p_dtype, self.p_group = array("i"), array("q")
+        self.piece_ops: dict[str, int] = {}  # the last table's comms operators, by name
+        self.pending_ops: list[bytes] = []  # comms operators with shapes, not parsed yet
         self.c_names: list[str] = [UNKNOWN, ""]
         self._codes: dict[str, int] = {UNKNOWN: 0, "": 1}
         self.kinds: dict[str, int] = {}
@@ -113,7 +132,7 @@ class Columns:
                 k_kind(kind)
                 k_corr(corr)
                 if kind == COMMUNICATION:
-                    self.add_collective(dur, name, args if type(args) is dict else {})
+                    self.add_collective(dur, name, args if type(args) is dict else {}, corr)
                 continue
             if corr >= 0:
                 h_corr(corr)
@@ -131,18 +150,102 @@ class Columns:
                     o_ts(ts)
                     o_dur(dur)
                     o_kind(kind)
+                if kind == COMMUNICATION:
+                    self.add_op(ts, dur, name, args if type(args) is dict else {})
         self.whole_ts = whole
 
-    def add_collective(self, dur: float, kernel: str, args: dict[str, Any]) -> None:
-        """One communication kernel: its duration and its args' message description."""
+    def add_collective(self, dur: float, kernel: str, args: dict[str, Any], corr: int) -> None:
+        """One communication kernel: its duration, correlation and its args' message
+        description."""
         said = args.get("Collective name")
         self.c_dur.append(dur)
+        self.c_corr.append(corr)
         self.c_coll.append(self.code(canonical(said if said is not None else kernel)))
         self.c_group.append(_count(args.get("Group size")))
         self.c_in.append(_count(args.get("In msg nelems")))
         self.c_out.append(_count(args.get("Out msg nelems")))
         dtype = args.get("dtype")
         self.c_dtype.append(self.code(dtype if isinstance(dtype, str) else ""))
+
+    def add_op(self, ts: float, dur: float, name: str, args: dict[str, Any]) -> None:
+        """One communication operator on a CPU thread (:mod:`~itwin_report.traces.comm_ops`):
+        its time, collective, message from its inputs' shapes, and group size; kept only when
+        it is gloo's or records its inputs' shapes."""
+        gloo = name[:5].lower() == GLOO
+        if not gloo and "Input Dims" not in args:
+            return  # an operator is kept for its sizes, or as gloo's collective
+        said = args.get("Collective name")
+        elems, dtype = input_message(args)
+        self.p_ts.append(ts)
+        self.p_dur.append(dur)
+        self.p_coll.append(self.code(canonical(said if said is not None else name)))
+        self.p_gloo.append(gloo)
+        self.p_elems.append(elems)
+        self.p_dtype.append(self.code(dtype))
+        self.p_group.append(_count(args.get("Group size")))
+
+    def add_ops_text(self, piece: bytes, sep: bytes) -> None:
+        """:meth:`add_op` for each communication operator among the events of ``piece``
+        (separated by ``sep``; :meth:`add_table` counted them by name in ``piece_ops``), found
+        by name in the text and parsed alone under :meth:`add_many`'s rules: a few per step,
+        where parsing every event in Python would cost twice the read. When a name is not
+        found as often as counted (written with escapes), every name that may be an
+        operator's is looked for instead."""
+        starts: list[int] = []
+        for name, count in self.piece_ops.items():
+            needle = b'"name": ' + json.dumps(name, ensure_ascii=False).encode()
+            at, found = piece.find(needle), 0
+            while at >= 0:
+                starts.append(at)
+                found += 1
+                at = piece.find(needle, at + len(needle))
+            if found < count:
+                starts = [m.start() for m in OP_NAME.finditer(piece)]
+                break
+        seen = set()
+        for at in sorted(starts):
+            start = piece.rfind(sep, 0, at)
+            start = 0 if start < 0 else start + 2
+            if start in seen:
+                continue
+            seen.add(start)
+            end = piece.find(sep, at)
+            end = len(piece) if end < 0 else end + 1
+            if GLOO_NAME.match(piece, at):
+                self._op_text(piece[start:end])
+            elif piece.find(b'"Input Dims"', start, end) >= 0:
+                self.pending_ops.append(piece[start:end])  # parsed if a kernel needs sizes
+            # else: no sizes and not gloo's, nothing to keep (see add_op)
+
+    def add_pending(self) -> None:
+        """Parse the operators :meth:`add_ops_text` put aside (their sizes are needed)."""
+        for text in self.pending_ops:
+            self._op_text(text)
+        self.pending_ops.clear()
+
+    def _op_text(self, text: bytes) -> None:
+        try:
+            event = json.loads(text)
+        except ValueError:
+            return
+        if type(event) is dict:
+            self._op_event(event)
+
+    def _op_event(self, event: dict[str, Any]) -> None:
+        """:meth:`add_many`'s rules for one host event that may be a communication operator."""
+        ts, dur, cat, name, args = (event.get(k) for k in ("ts", "dur", "cat", "name", "args"))
+        if cat not in ("cpu_op", "user_annotation") or type(name) is not str:
+            return
+        if STEP_MARK in name or operator_kind(name) != COMMUNICATION:
+            return
+        args = args if type(args) is dict else {}
+        if _integer(args.get("stream", -1)) >= 0:
+            return
+        try:
+            ts, dur = float(ts), float(dur)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            return
+        self.add_op(ts, dur, name, args)
 
     def code(self, name: str) -> int:
         """``name``'s index in ``c_names`` (added when new and there is room, else 0)."""
@@ -177,7 +280,7 @@ class Columns:
         self.k_dur.frombytes(dur[device].tobytes())
         self.k_kind.frombytes(kinds[name[device]].tobytes())
         self.k_corr.frombytes(corr[device].astype(np.int64).tobytes())
-        self._table_collectives(args, dur, names, name, kinds, device)
+        self._table_collectives(args, dur, corr, names, name, kinds, device)
         linked = host & (corr >= 0)
         self.h_corr.frombytes(corr[linked].astype(np.int64).tobytes())
         self.h_ts.frombytes(ts[linked].tobytes())
@@ -196,6 +299,10 @@ class Columns:
         annotation = cats.index("user_annotation") if "user_annotation" in cats else -2
         op = host & ~step
         op &= (cat == cpu_op) | ((cat == annotation) & (op_kinds[name] == COMMUNICATION))
+        comm_names, counts = np.unique(
+            name[op & (op_kinds[name] == COMMUNICATION)], return_counts=True
+        )
+        self.piece_ops = {names[int(n)]: int(c) for n, c in zip(comm_names, counts, strict=True)}
         self.o_ts.frombytes(ts[op].tobytes())
         self.o_dur.frombytes(dur[op].tobytes())
         self.o_kind.frombytes(op_kinds[name[op]].tobytes())
@@ -204,21 +311,42 @@ class Columns:
         self,
         args: list[Any],
         dur: np.ndarray,
+        corr: np.ndarray,
         names: list[str],
         name: np.ndarray,
         kinds: np.ndarray,
         device: np.ndarray,
     ) -> None:
-        """:meth:`add_collective` for each communication kernel of a table's rows (``args``:
-        the flattened fields of :func:`~itwin_report.traces.pieces.arrow_events`)."""
+        """:meth:`add_collective`'s rules, column-wise, for the communication kernels of a
+        table's rows (``args``: the flattened fields of
+        :func:`~itwin_report.traces.pieces.arrow_events`: stream, correlation, then
+        ``Collective name``, ``In msg nelems``, ``Out msg nelems``, ``dtype``, ``Group size``).
+        """
+        import pyarrow.compute as pc
+
         rows = np.flatnonzero(device & (kinds[name] == COMMUNICATION))
         if not rows.size:
             return
-        fields = ("Collective name", "In msg nelems", "Out msg nelems", "dtype", "Group size")
-        picked = [args[2 + i].take(rows).to_pylist() for i in range(len(fields))]
-        for j, row in enumerate(rows):
-            said = {f: v[j] for f, v in zip(fields, picked, strict=True) if v[j] is not None}
-            self.add_collective(float(dur[row]), names[name[row]], said)
+        said, said_at = _distinct(args[2].take(rows))
+        coll = np.array([self.code(canonical(v)) for v in said] + [0], dtype=np.int32)[said_at]
+        unsaid = said_at < 0  # named from the kernel's name
+        if unsaid.any():
+            kernel = name[rows][unsaid]
+            uniq = np.unique(kernel)
+            codes = np.array([self.code(canonical(names[u])) for u in uniq], dtype=np.int32)
+            coll[unsaid] = codes[np.searchsorted(uniq, kernel)]
+        sizes = []
+        for field in (6, 3, 4):  # Group size, In msg nelems, Out msg nelems
+            value = pc.fill_null(args[field].take(rows), -1).to_numpy(zero_copy_only=False)
+            sizes.append(np.where((value >= 0) & (value < 1 << 62), value, -1).astype(np.int64))
+        dtypes, dtype_at = _distinct(args[5].take(rows))
+        dtype = np.array([self.code(v) for v in dtypes] + [self.code("")], dtype=np.int32)
+        self.c_dur.frombytes(dur[rows].astype(np.float64).tobytes())
+        self.c_corr.frombytes(corr[rows].astype(np.int64).tobytes())
+        self.c_coll.frombytes(coll.tobytes())
+        for column, value in zip((self.c_group, self.c_in, self.c_out), sizes, strict=True):
+            column.frombytes(value.tobytes())
+        self.c_dtype.frombytes(dtype[dtype_at].tobytes())
 
     @staticmethod
     def _kind(name: str, cache: dict[str, int], rule: Any) -> int:
@@ -239,6 +367,13 @@ def _codes(column: Any, null: str | None = None) -> tuple[list[str], np.ndarray]
         values.append(null)
     codes = encoded.indices.fill_null(missing).to_numpy(zero_copy_only=False)
     return values, codes.astype(np.int64)
+
+
+def _distinct(column: Any) -> tuple[list[Any], np.ndarray]:
+    """A pyarrow array's distinct values and each row's index into them (-1: null)."""
+    encoded = column.dictionary_encode()
+    at = encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False)
+    return encoded.dictionary.to_pylist(), at.astype(np.int64)
 
 
 def _integer(value: Any) -> int:

@@ -99,6 +99,7 @@ def add_piece(columns: Columns, piece: bytes, sep: bytes) -> bool:
         columns.add_table(table)
     except UnicodeDecodeError:  # pyarrow took text that is not UTF-8: the careful reader words it
         return False
+    columns.add_ops_text(piece, sep)
     return True
 
 

@@ -28,6 +28,7 @@ import numpy as np
 
 from itwin_report.traces.collectives import CollectiveKernels
 from itwin_report.traces.columns import Columns
+from itwin_report.traces.comm_ops import CommOps, complete, needs_sizes
 from itwin_report.traces.kinds import (
     COMMUNICATION,
     COMPUTE,
@@ -132,16 +133,42 @@ def read_trace(path: Path) -> RawTrace:
         op_ts=np.frombuffer(columns.o_ts, dtype=np.float64),
         op_dur=np.frombuffer(columns.o_dur, dtype=np.float64),
         op_kind=np.frombuffer(columns.o_kind, dtype=np.int8),
-        collectives=CollectiveKernels(
-            dur_us=np.frombuffer(columns.c_dur, dtype=np.float64),
-            collective=np.frombuffer(columns.c_coll, dtype=np.int32),
-            group=np.frombuffer(columns.c_group, dtype=np.int64),
-            in_elems=np.frombuffer(columns.c_in, dtype=np.int64),
-            out_elems=np.frombuffer(columns.c_out, dtype=np.int64),
-            dtype=np.frombuffer(columns.c_dtype, dtype=np.int32),
-            names=columns.c_names,
-        ),
+        collectives=_collectives(columns, edges.meta()),
         events=columns.events,
         bytes_read=read,
         fractional=not columns.whole_ts,
     )
+
+
+def _collectives(columns: Columns, meta: dict[str, Any]) -> CollectiveKernels:
+    """The communication kernels, those without sizes sized from their comms op where it has
+    them, then gloo's operators (:mod:`~itwin_report.traces.comm_ops`)."""
+    kernels = CollectiveKernels(
+        dur_us=np.frombuffer(columns.c_dur, dtype=np.float64),
+        collective=np.frombuffer(columns.c_coll, dtype=np.int32),
+        group=np.frombuffer(columns.c_group, dtype=np.int64),
+        in_elems=np.frombuffer(columns.c_in, dtype=np.int64),
+        out_elems=np.frombuffer(columns.c_out, dtype=np.int64),
+        dtype=np.frombuffer(columns.c_dtype, dtype=np.int32),
+        names=columns.c_names,
+        corr=np.frombuffer(columns.c_corr, dtype=np.int64),
+    )
+    if columns.pending_ops and needs_sizes(kernels):
+        columns.add_pending()
+    if not columns.p_ts:
+        return kernels
+    ops = CommOps(
+        ts=np.frombuffer(columns.p_ts, dtype=np.float64),
+        dur=np.frombuffer(columns.p_dur, dtype=np.float64),
+        collective=np.frombuffer(columns.p_coll, dtype=np.int32),
+        gloo=np.frombuffer(columns.p_gloo, dtype=np.int8),
+        elems=np.frombuffer(columns.p_elems, dtype=np.int64),
+        dtype=np.frombuffer(columns.p_dtype, dtype=np.int32),
+        group=np.frombuffer(columns.p_group, dtype=np.int64),
+    )
+    info = meta.get("distributedInfo")
+    world = info.get("world_size") if isinstance(info, dict) else None
+    world = world if type(world) is int and 0 < world < 1 << 31 else None
+    host_corr = np.frombuffer(columns.h_corr, dtype=np.int64)
+    host_ts = np.frombuffer(columns.h_ts, dtype=np.float64)
+    return complete(kernels, ops, host_corr, host_ts, world)
