@@ -340,6 +340,14 @@ MUTANTS = (
         'return "large" if size > LARGE_BYTES',
         ("tests/test_traces_collectives.py",),
     ),
+    Mutant(
+        "M39",
+        "an older trace's kernel sized from the outermost comms op around its launch",
+        "itwin_report/traces/comm_ops.py",
+        "np.argmax(starts[around])",
+        "np.argmin(starts[around])",
+        ("tests/test_traces_collectives.py",),
+    ),
 )
 
 
