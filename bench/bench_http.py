@@ -53,7 +53,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stores import OUT, uri_of, write_layout
 
-from bench import BIN, REPEATS, REPORT, SUMMARY, Measure, best_of, line, measure
+from bench import BIN, REPEATS, REPORT, SUMMARY, Measure, _json_tables, best_of, line, measure
 
 # runs -> (cached store, jobs of 20 ranks)
 STORES = {2_000: ("runs2k.db", 100), 10_000: ("runs10k.db", 500)}
@@ -251,13 +251,6 @@ def through_server(
     return best
 
 
-def _tables(stdout: str) -> dict[str, object]:
-    """A JSON report less what names its source (the tracking URI)."""
-    report = json.loads(stdout)
-    report.pop("tracking_uri", None)
-    return report
-
-
 def repeat_read(db: Path, direct_json: str) -> tuple[Measure, Measure, bool]:
     """(the first report through a server with an empty cache, the best of :data:`REPEATS`
     reports after it, whether every table of both equals the direct read's)."""
@@ -268,8 +261,8 @@ def repeat_read(db: Path, direct_json: str) -> tuple[Measure, Measure, bool]:
         cmd += ["--format", "json", "--cache-dir", cache]
         first, first_out = measure(cmd, env=HTTP_ENV)
         again = [measure(cmd, env=HTTP_ENV) for _ in range(REPEATS)]
-    want = _tables(direct_json)
-    same = _tables(first_out) == want and all(_tables(out) == want for _, out in again)
+    want = _json_tables(direct_json)
+    same = _json_tables(first_out) == want and all(_json_tables(out) == want for _, out in again)
     best = min((m for m, _ in again), key=lambda m: m.wall_s)
     return first, best, same
 
@@ -356,7 +349,7 @@ def bench_http_sqlite(results: dict[str, object]) -> None:
         )
         SUMMARY.append(
             (
-                f"repeat_{runs}",
+                f"{runs:,} runs through `mlflow server`, repeat read (cache), vs direct",
                 f"{repeat_ratio:.2f}x the direct read, tables {'identical' if same else 'DIFFER'}",
                 f"<= {REPEAT_GOAL:g}x",
                 repeat_ratio <= REPEAT_GOAL and same,

@@ -279,12 +279,17 @@ def compare(
     max_regression: float = 0.05,
     allow_missing: bool = False,
     metrics: str | list[str] | None = None,
+    target: str | None = None,
 ) -> Comparison:
     """Compare two reports (built reports, JSON objects, or saved ``--format json`` files).
 
     ``metrics``: what is compared and gated, as ``--metrics`` takes it (``"epoch-time,energy"``
-    or a list of those names); None: all. ``result.table`` has one row per configuration and
-    metric, ``result.overall`` each metric's mean change over the configurations;
+    or a list of those names); None: all. ``target``: ``"val_accuracy>=0.76"`` (``--target``),
+    the quality target both reports' times to target must be for (build them with it); a side
+    without it or with another raises :class:`~itwin_report.util.errors.DataError`.
+    ``result.table`` has one row per configuration and metric, ``result.overall`` each metric's
+    mean change over the configurations, ``result.unreached`` the configurations whose runs on a
+    side never reached the target;
     ``compare.gate_error(result)`` is the error the ``compare`` command would exit with (None
     when it passes).
     """
@@ -294,6 +299,7 @@ def compare(
     threshold = options.number("max_regression", max_regression)
     missing = options.boolean("allow_missing", allow_missing)
     picked = pick_metrics(metrics)  # checked before anything is read
+    goal = options.target(target)
     return compare_sides(
-        _side(baseline, "BASELINE"), _side(current, "CURRENT"), threshold, missing, picked
+        _side(baseline, "BASELINE"), _side(current, "CURRENT"), threshold, missing, picked, goal
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -258,6 +259,94 @@ def deadline(hours: Any, epochs: Any) -> tuple[float | None, int | None]:
             "goes with --epochs (--deadline-hours) and back: give both or neither",
         )
     return hours, epochs
+
+
+# ---------------------------------------------------------------- the quality target
+
+OPERATORS = (">=", "<=")
+# any comparison a user may write; only OPERATORS are accepted, the others are named in errors
+_SPLIT = re.compile(r"^(?P<metric>.*?)\s*(?P<op>>=|<=|=>|=<|==|!=|>|<|=)\s*(?P<value>.*)$")
+# MLflow's metric names: letters, digits, ``_ - . /`` and spaces, never a ``..`` path part
+_NAME = re.compile(r"^[\w\-./ ]+$")
+
+
+class BadTarget(BadOption):
+    """A target that cannot be read (``--target``): bad usage, exit code 2."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A metric key, ``>=`` (higher is better) or ``<=`` (lower is better), and the bound."""
+
+    metric: str
+    op: str
+    value: float
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.op == ">="
+
+    def met(self, value: float) -> bool:
+        """Whether ``value`` meets the target (NaN never does)."""
+        return value >= self.value if self.higher_is_better else value <= self.value
+
+    def __str__(self) -> str:
+        return f"{self.metric}{self.op}{self.value:g}"
+
+    def to_dict(self) -> dict[str, object]:
+        return {"metric": self.metric, "op": self.op, "value": self.value, "text": str(self)}
+
+
+def parse_target(text: str | Target) -> Target:
+    """``text`` read as ``METRIC>=VALUE`` or ``METRIC<=VALUE`` (spaces around the operator
+    allowed); :class:`BadTarget` (exit code 2) for a target without a bound, an unknown
+    operator, a value that is not a finite number, or a metric name MLflow would refuse."""
+    if isinstance(text, Target):
+        return text
+    shown = str(text).strip()
+    found = _SPLIT.match(shown)
+    if found is None or not found["op"]:
+        raise BadTarget(
+            f"target {shown!r} has no bound: write METRIC>=VALUE or METRIC<=VALUE "
+            "(e.g. val_accuracy>=0.76)"
+        )
+    metric, op, value = found["metric"].strip(), found["op"], found["value"].strip()
+    if op not in OPERATORS:
+        raise BadTarget(f"target {shown!r}: unknown operator {op!r}; use >= or <=")
+    if not metric:
+        raise BadTarget(f"target {shown!r} names no metric: write METRIC>=VALUE")
+    if not _NAME.match(metric) or ".." in metric.split("/") or metric.startswith("/"):
+        raise BadTarget(f"target {shown!r}: {metric!r} is not an MLflow metric name")
+    if not value:
+        raise BadTarget(f"target {shown!r} has no bound: write {metric}{op}VALUE")
+    try:
+        bound = float(value)
+    except ValueError:
+        raise BadTarget(f"target {shown!r}: the bound {value!r} is not a number") from None
+    if not math.isfinite(bound):
+        raise BadTarget(f"target {shown!r}: the bound must be a finite number, got {value!r}")
+    return Target(metric, op, bound)
+
+
+def target(value: Any) -> Target | None:
+    """The API's ``target=``: None, a :class:`Target` or its text; :class:`BadTarget` for
+    anything else or a text :func:`parse_target` refuses."""
+    if value is None or isinstance(value, Target):
+        return value
+    if not isinstance(value, str):
+        raise BadTarget(f"--target: expected a text such as 'val_accuracy>=0.76', got {value!r}")
+    return parse_target(value)
+
+
+def target_from_dict(value: Any) -> Target:
+    """A target as a JSON report saves it (``{"metric", "op", "value"}``); BadTarget when it
+    is not one."""
+    if not isinstance(value, dict) or not isinstance(value.get("metric"), str):
+        raise BadTarget(f"not a target: {value!r}")
+    bound = value.get("value")
+    if isinstance(bound, bool) or not isinstance(bound, int | float):
+        raise BadTarget(f"not a target: {value!r}")
+    return parse_target(f"{value['metric']}{value.get('op')}{float(bound)!r}")
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ def hand_report() -> Report:
         {
             "strategy": ["ddp", "ddp", "deepspeed"],
             "workers": [4, 8, 4],
+            "nodes": [1.0, 2.0, 1.0],
             "runs": [2, 1, 1],
             "epochs": [6, 3, 3],
             "avg_epoch_time_s": [12.0, 7.5, 10.0],
@@ -79,7 +80,7 @@ def hand_report() -> Report:
             "source": ["performance.json", "performance.json"],
             "evidence": ["80% of estimate; GPU idle 6%", "no evidence"],
         }
-    )
+    ).reindex(columns=next(s for s in TABLES if s.name == "throughput").names)
     return Report(
         experiment="demo",
         tracking_uri="sqlite:///mlflow.db",
@@ -117,7 +118,7 @@ def test_plain_table_content() -> None:
     ):
         assert heading in text
     assert "No profiler data found." in text
-    assert re.search(r"ddp\s+8\s+1\s+3\s+7\.50 s\s+n/a\s+1\.60x\s+80\.0 %", text)
+    assert re.search(r"ddp\s+8\s+2\s+1\s+3\s+7\.50 s\s+n/a\s+1\.60x\s+80\.0 %", text)
     assert "41.2 Wh" in text and "93.5 %" in text and "250.0 W" in text
     assert text.rstrip().endswith("First 1 epoch(s) of every run left out of epoch times.")
     assert text.index("Warnings:") < text.index("First 1 epoch(s)")
@@ -152,7 +153,7 @@ def test_markdown_csv_json() -> None:
         "gpu", "computation", "throughput", "time_breakdown", "baseline", "warnings",
         "warning_records", "gate", "stragglers", "trace_ranks", "summary",
     }  # fmt: skip
-    assert obj["gate"] is None and obj["schema_version"] == 3
+    assert obj["gate"] is None and obj["schema_version"] == 4
     assert obj["epoch_time"][1]["std_epoch_time_s"] is None
     assert obj["throughput"][0]["input_bound"] is False
     assert obj["throughput"][1]["input_bound"] is None

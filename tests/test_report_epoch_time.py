@@ -96,7 +96,7 @@ def test_loader_warnings_come_first_and_empty_tables_have_columns() -> None:
     assert report.warnings[0] == "loader said so"
     assert report.epoch_time.empty
     assert list(report.epoch_time.columns) == [
-        "strategy", "workers", "runs", "epochs", "avg_epoch_time_s",
+        "strategy", "workers", "nodes", "runs", "epochs", "avg_epoch_time_s",
         "std_epoch_time_s", "speedup", "efficiency", "base_strategy", "base_workers",
         "speedup_ci_low", "speedup_ci_high", "efficiency_ci_low", "efficiency_ci_high",
     ]  # fmt: skip

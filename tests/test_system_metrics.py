@@ -290,7 +290,11 @@ def _monitor_takes_a_store() -> bool:
     from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
 
     params = inspect.signature(SystemMetricsMonitor.__init__).parameters
-    return "tracking_uri" in params and hasattr(gpu_monitor, "pynvml")
+    # the GPU monitor reads NVML through its module's global ``pynvml`` (set by the test
+    # whether or not nvidia-ml-py is installed)
+    return (
+        "tracking_uri" in params and "pynvml" in gpu_monitor.GPUMonitor.__init__.__code__.co_names
+    )
 
 
 @pytest.mark.skipif(

@@ -12,8 +12,8 @@ from conftest import cli_runner
 from test_report_builders import make_data, metric, run
 
 from itwin_report.cli import main
+from itwin_report.options import BadTarget, Target, parse_target
 from itwin_report.report import build_report
-from itwin_report.report.target import BadTarget, Target, parse_target
 from itwin_report.util.errors import EXIT_USAGE
 
 T0 = 1_700_000_000_000
@@ -258,7 +258,7 @@ def test_command_json_rows(store: str) -> None:
     assert out["target"] == {"metric": "val_accuracy", "op": ">=", "value": 0.76, "text": TARGET}
     one, four = out["time_to_target"]
     assert set(four) == {
-        *("strategy", "workers", "runs", "runs_reached", "avg_time_to_target_s"),
+        *("strategy", "workers", "nodes", "runs", "runs_reached", "avg_time_to_target_s"),
         *("time_to_target_ci", "epochs_to_target", "global_batch_size"),
         *("time_to_target_speedup", "time_to_target_efficiency", "base_strategy"),
         "base_workers",

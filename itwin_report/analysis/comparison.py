@@ -33,6 +33,8 @@ from itwin_report.util.errors import DataError, NothingMeasured, RegressionFound
 if TYPE_CHECKING:
     import pandas as pd
 
+    from itwin_report.options import Target
+
 
 class Metric(NamedTuple):
     """One compared quantity: where a report holds it, and its valid range."""
@@ -46,6 +48,7 @@ class Metric(NamedTuple):
     valid: Range
     option: str = ""  # its name in --metrics
     intervals: tuple[str, ...] = ()  # its 95 % interval's JSON keys, newer first
+    counts: str = "runs"  # the row's key for the runs its interval came from
 
 
 EFFICIENCY = ("epoch_time_efficiency", "efficiency")  # newer column name first, then older
@@ -94,7 +97,20 @@ METRICS: tuple[Metric, ...] = (
         option="energy",
         intervals=("energy_wh_per_epoch_ci",),
     ),
+    Metric(
+        name="time_to_target",
+        words="time to target",
+        table="time_to_target",
+        columns=("avg_time_to_target_s",),
+        unit="s",
+        higher_is_better=False,
+        valid=SECONDS,
+        option="time-to-target",
+        intervals=("time_to_target_ci",),
+        counts="runs_reached",
+    ),
 )
+TIME_TO_TARGET = "time_to_target"
 BY_NAME = {m.name: m for m in METRICS}
 BY_OPTION = {m.option: m for m in METRICS}
 # metric names of comparisons written before the efficiency was named after its source
@@ -113,6 +129,8 @@ COLUMNS = [
     "holm_alpha",
     "beyond_noise",
     "regression",
+    "baseline_reached",
+    "current_reached",
 ]
 MAX_LISTED = 5
 
@@ -144,6 +162,9 @@ class Side:
     bases: dict[Config, Config] = field(default_factory=dict)  # what its speedup is against
     configurations: set[Config] = field(default_factory=set)  # rows of the epoch-time table
     warnings: list[str] = field(default_factory=list)
+    target: Target | None = None  # the quality target its time to target is for
+    target_runs: dict[Config, list[float]] = field(default_factory=dict)  # reached runs' times
+    reached: dict[Config, tuple[int, int]] = field(default_factory=dict)  # (reached, runs)
 
 
 # ---------------------------------------------------------------- reading a side
@@ -235,10 +256,15 @@ class _Reader:
         return number
 
     def interval(
-        self, where: str, row: dict[str, Any], columns: tuple[str, ...], valid: Range
+        self,
+        where: str,
+        row: dict[str, Any],
+        columns: tuple[str, ...],
+        valid: Range,
+        counts: str = "runs",
     ) -> tuple[float, float, int] | None:
-        """(low, high, the row's runs) of the first present interval column; None when absent,
-        null or not an interval of values in ``valid``."""
+        """(low, high, the runs it came from: the row's ``counts``) of the first present
+        interval column; None when absent, null or not an interval of values in ``valid``."""
         column = next((c for c in columns if row.get(c) is not None), None)
         if column is None:
             return None
@@ -251,8 +277,8 @@ class _Reader:
         if not (math.isfinite(low) and _in_range(valid, high) and low <= high):
             self.problems.append(f"{where} {column} [{_shown(pair[0])}, {_shown(pair[1])}]")
             return None
-        runs = row.get("runs")
-        count = self.number(f"{where} runs", runs) if runs is not None else math.nan
+        runs = row.get(counts)
+        count = self.number(f"{where} {counts}", runs) if runs is not None else math.nan
         if not (math.isfinite(count) and count.is_integer() and count >= 2):
             return None  # an interval without the runs it came from cannot be weighed
         return low, high, int(count)
@@ -281,6 +307,46 @@ class _Reader:
         ]
 
 
+TABLES = ("epoch_time", "throughput", "gpu", "time_to_target")  # one row per configuration
+PER_RUN = ("runs", "time_to_target_runs")  # one row per run
+TARGET_RUN_TIME = "time_to_target_s"
+
+
+def _read_target(
+    reader: _Reader,
+    report: dict[str, Any],
+    side: Side,
+    rows: dict[str, list[tuple[str, Config, dict[str, Any]]]],
+) -> None:
+    """The side's target, each configuration's reached count and its reached runs' times."""
+    from itwin_report.options import BadTarget, target_from_dict
+
+    if report.get("target") is not None:
+        try:
+            side.target = target_from_dict(report["target"])
+        except BadTarget as exc:
+            raise DataError(f"{reader.name}: malformed JSON report ({exc})") from None
+    for where, key, row in rows["time_to_target"]:
+        counts = [row.get("runs_reached"), row.get("runs")]
+        if all(c is not None for c in counts):
+            reached, runs = (
+                reader.number(f"{where} {n}", c) for n, c in zip(REACHED, counts, strict=True)
+            )
+            if 0 <= reached <= runs and reached.is_integer() and runs.is_integer():
+                side.reached[key] = (int(reached), int(runs))
+            else:
+                reader.problems.append(f"{where} runs_reached {reached:g} of {runs:g}")
+    for where, key, row in rows["time_to_target_runs"]:
+        if row.get("reached") is not True:
+            continue
+        value = reader.value(where, row, (TARGET_RUN_TIME,), SECONDS)
+        if not math.isnan(value):
+            side.target_runs.setdefault(key, []).append(value)
+
+
+REACHED = ("runs_reached", "runs")
+
+
 def side_from_dict(report: object, name: str) -> Side:
     """A side from a JSON report object; DataError when it is not one.
 
@@ -292,14 +358,14 @@ def side_from_dict(report: object, name: str) -> Side:
     reader = _Reader(name)
     side = Side(name, {m.name: {} for m in METRICS})
     rows: dict[str, list[tuple[str, Config, dict[str, Any]]]] = {}
-    for table in ("epoch_time", "throughput", "gpu", "runs"):
+    for table in (*TABLES, *PER_RUN):
         kept = rows.setdefault(table, [])
         seen: set[Config] = set()
         for where, row in reader.rows(report, table):
             key = reader.config(where, row)
             if key is None:
                 continue
-            if table != "runs" and key in seen:
+            if table not in PER_RUN and key in seen:
                 reader.problems.append(f"{where} repeats {config_name(key)}")
                 continue
             seen.add(key)
@@ -308,9 +374,10 @@ def side_from_dict(report: object, name: str) -> Side:
         mine = side.intervals.setdefault(metric.name, {})
         for where, key, row in rows[metric.table]:
             side.values[metric.name][key] = reader.value(where, row, metric.columns, metric.valid)
-            interval = reader.interval(where, row, metric.intervals, metric.valid)
+            interval = reader.interval(where, row, metric.intervals, metric.valid, metric.counts)
             if interval is not None:
                 mine[key] = interval
+    _read_target(reader, report, side, rows)
     for where, key, row in rows["epoch_time"]:
         side.configurations.add(key)
         base = reader.base(where, row)
@@ -369,6 +436,31 @@ OVERALL_COLUMNS = [
 ]
 
 
+class Unreached(NamedTuple):
+    """A configuration whose runs on one side or both never reached the target."""
+
+    key: Config
+    baseline: tuple[int, int]  # (runs that reached it, runs)
+    current: tuple[int, int]
+
+    @property
+    def regression(self) -> bool:
+        """The baseline reached the target and the current report never did."""
+        return self.baseline[0] > 0 and self.current[0] == 0
+
+    def words(self) -> str:
+        """``torch-ddp-8 (baseline 3 of 3 reached, current 0 of 3)``."""
+        return (
+            f"{config_name(self.key)} (baseline {reached_words(self.baseline)}, "
+            f"current {reached_words(self.current)})"
+        )
+
+
+def reached_words(counts: tuple[int, int] | None) -> str:
+    """``3 of 5 reached``; "" when unknown."""
+    return "" if counts is None else f"{counts[0]} of {counts[1]} reached"
+
+
 @dataclass
 class Comparison:
     """The rows compared (:data:`COLUMNS`), each metric's mean change over the configurations
@@ -383,6 +475,8 @@ class Comparison:
     overall: pd.DataFrame | None = None
     metrics: tuple[str, ...] = tuple(m.name for m in METRICS)  # the metrics compared and gated
     family_size: int = 0  # the tests Holm–Bonferroni weighed together
+    # configurations with no time to target on a side: none of its runs reached the target
+    unreached: list[Unreached] = field(default_factory=list)
 
     @property
     def missing(self) -> list[Config]:
@@ -447,18 +541,22 @@ def compare_sides(
     max_regression: float = 0.05,
     allow_missing: bool = False,
     metrics: str | list[str] | tuple[str, ...] | None = None,
+    target: Target | str | None = None,
 ) -> Comparison:
     """Every picked metric of every configuration measured on both sides, with its verdict.
 
     A pair whose relative change is not a finite number (a baseline of 0, or a ratio too large
-    for a float) is left out with a warning.
+    for a float) is left out with a warning. ``target``: the quality target (``--target``)
+    both sides' times to target must be for (:func:`target_notes`).
     """
     import pandas as pd
 
+    from itwin_report import options
     from itwin_report.analysis.noise_tests import RowTest, family, row_test
 
     check_max_regression(max_regression)
-    picked = pick_metrics(metrics)
+    picked = _with_target(pick_metrics(metrics), baseline, current)
+    notes = target_notes(baseline, current, options.target(target), picked)
     rows: list[dict[str, Any]] = []
     skipped: list[str] = []
     tests: dict[str, list[RowTest]] = {}
@@ -485,6 +583,8 @@ def compare_sides(
                     "change": change,
                     "worse": _worse(change, metric.higher_is_better) > max_regression,
                     "test": test,
+                    "baseline_reached": _counts(baseline, metric, key),
+                    "current_reached": _counts(current, metric, key),
                 }
             )
     means = family(tests)
@@ -505,12 +605,73 @@ def compare_sides(
         current,
         max_regression,
         allow_missing,
-        _skipped_warning(skipped) + base_warning(baseline, current, picked),
+        _skipped_warning(skipped) + base_warning(baseline, current, picked) + notes,
         pd.DataFrame(overall, columns=OVERALL_COLUMNS),
         picked,
         sum(r.test is not None for t in tests.values() for r in t) + len(means),
+        unreached(baseline, current) if TIME_TO_TARGET in picked else [],
     )
     return result
+
+
+def _with_target(picked: tuple[str, ...], baseline: Side, current: Side) -> tuple[str, ...]:
+    """The picked metrics, less time to target when neither side has a target (unless it is
+    the only one picked: then nothing is compared, and the gate says so)."""
+    if baseline.target is None and current.target is None and len(picked) > 1:
+        return tuple(m for m in picked if m != TIME_TO_TARGET)
+    return picked
+
+
+def target_notes(
+    baseline: Side, current: Side, target: Target | None, picked: tuple[str, ...]
+) -> list[str]:
+    """Whether the two sides' times to target can be compared: DataError when a side's time to
+    target is for another target than ``target`` (or than the other side's), or when ``target``
+    is given and a side has no time to target; a warning when only one side has one."""
+    if TIME_TO_TARGET not in picked:
+        return []
+    sides = (baseline, current)
+    if target is not None:
+        for side in sides:
+            if side.target is None:
+                raise DataError(
+                    f"{side.name} has no time to target (built without a target): generate it "
+                    f"with --target {target} to compare times to target"
+                )
+            if side.target != target:
+                raise DataError(
+                    f"{side.name}'s time to target is for {side.target}, not --target {target}"
+                )
+        return []
+    targets = [side.target for side in sides]
+    if None not in targets and targets[0] != targets[1]:
+        raise DataError(
+            f"the two sides' times to target are for different targets ({targets[0]} vs "
+            f"{targets[1]}): times to different targets are not comparable"
+        )
+    lacking = [side.name for side in sides if side.target is None]
+    if len(lacking) == 1:
+        return [
+            f"time to target not compared: {lacking[0]} has none (built without a target); "
+            f"the other side's is for {baseline.target or current.target}"
+        ]
+    return []
+
+
+def unreached(baseline: Side, current: Side) -> list[Unreached]:
+    """Configurations on both sides where a side's runs never reached the target."""
+    both = sorted(set(baseline.reached) & set(current.reached))
+    return [
+        Unreached(key, baseline.reached[key], current.reached[key])
+        for key in both
+        if baseline.reached[key][0] == 0 or current.reached[key][0] == 0
+    ]
+
+
+def _counts(side: Side, metric: Metric, key: Config) -> list[int] | None:
+    """[runs that reached the target, runs] of a time-to-target row; None for other metrics."""
+    counts = side.reached.get(key) if metric.name == TIME_TO_TARGET else None
+    return None if counts is None else list(counts)
 
 
 def _verdict(test: Any, worse: bool) -> dict[str, Any]:
@@ -623,6 +784,9 @@ def gate_error(result: Comparison) -> ReportError | None:
     threshold = f"{result.max_regression:.0%}"
     if found:
         parts.append(f"regression beyond {threshold}: " + ", ".join(found))
+    never = [u.words() for u in result.unreached if u.regression]
+    if never:
+        parts.append("the target is no longer reached: " + safe_name(", ".join(never)))
     if result.missing and not result.allow_missing:
         names = ", ".join(safe_name(config_name(k)) for k in result.missing)
         parts.append(

@@ -4,6 +4,8 @@ change over the configurations, and the family they form (pure functions).
 Per row (one metric of one configuration):
 
 * epoch time: the per-run mean epoch times of both sides (``welch``);
+* time to target: the times to target of the runs that reached it, on both sides (``welch``);
+  without them, the mean time's 95 % interval over those runs (``welch-intervals``);
 * epoch-time efficiency: the per-run epoch times of the configuration and of the base its
   efficiency is measured against, on both sides (``welch``): log efficiency is log base time
   minus log own time; without those runs, the efficiency's 95 % interval (``welch-intervals``);
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 RUNS, INTERVALS, MEAN, NONE = "welch", "welch-intervals", "welch-mean", "none"
 BASE = "base"  # the base's own efficiency: 1 on both sides by definition, nothing to test
 Terms = list[tuple[float, Hashable, Cell]]
+PerRun = dict[tuple[str, int], list[float]]  # configuration -> per-run values
 
 
 @dataclass
@@ -62,7 +65,9 @@ def row_test(metric: str, key: Config, baseline: Side, current: Side, estimate: 
     terms: Terms | None = None
     kind = RUNS
     if metric == "epoch_time":
-        terms = _runs_terms(key, baseline, current)
+        terms = _runs_terms(key, baseline.runs, current.runs)
+    elif metric == "time_to_target":
+        terms = _runs_terms(key, baseline.target_runs, current.target_runs)
     elif metric == "epoch_time_efficiency":
         terms = _efficiency_terms(key, baseline, current)
     if terms is None and metric != "epoch_time":
@@ -76,8 +81,10 @@ def _cell(side: Side, key: Config) -> Cell | None:
     return cell_from_runs(side.runs.get(key, []))
 
 
-def _runs_terms(key: Config, baseline: Side, current: Side) -> Terms | None:
-    a, b = _cell(baseline, key), _cell(current, key)
+def _runs_terms(key: Config, baseline: PerRun, current: PerRun) -> Terms | None:
+    """The per-run values of ``key`` on both sides (each side's mean epoch times, or its
+    reached runs' times to target); None unless both sides have two runs or more."""
+    a, b = cell_from_runs(baseline.get(key, [])), cell_from_runs(current.get(key, []))
     if a is None or b is None:
         return None
     return [(-1.0, (0, key), a), (1.0, (1, key), b)]

@@ -9,11 +9,13 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from itwin_report.cli.options import (
+    TARGET_HELP,
     Threshold,
     cache_options,
     cache_settings,
     format_option,
     output_option,
+    target_option,
     timeout_option,
     tracking_uri_option,
     warmup_option,
@@ -23,6 +25,7 @@ from itwin_report.util.errors import EXIT_USAGE, ReportError
 
 if TYPE_CHECKING:
     from itwin_report.analysis.comparison import Side
+    from itwin_report.options import Target
 
 
 def _is_file(source: str) -> bool:
@@ -34,31 +37,47 @@ def _is_file(source: str) -> bool:
         return False
 
 
-def _side(
+def _file_side(source: str) -> Side | None:
+    """A saved JSON report when ``source`` is a file; None when it names an experiment."""
+    from itwin_report.analysis.comparison import load_side_file
+
+    if _is_file(source):
+        return load_side_file(Path(source))
+    if source.lower().endswith(".json"):
+        raise ReportError(f"no such report file: {source}")
+    return None
+
+
+def _store_side(
     source: str,
     tracking_uri: str | None,
     warmup_epochs: int,
     quiet: bool,
     end: float,
     cache: Any = None,
+    target: Target | None = None,
 ) -> Side:
-    """A saved JSON report when ``source`` is a file, else an experiment of the store (read
-    by the monotonic time ``end``)."""
+    """An experiment of the store (read by the monotonic time ``end``) as a side, with its time
+    to ``target`` when one is given."""
     from itwin_report import store
-    from itwin_report.analysis.comparison import load_side_file
     from itwin_report.render.comparison import side_from_report
     from itwin_report.report import build_report
     from itwin_report.store.http import HttpLimits
 
-    path = Path(source)
-    if _is_file(source):
-        return load_side_file(path)
-    if source.lower().endswith(".json"):
-        raise ReportError(f"no such report file: {source}")
     uri = store.resolve_tracking_uri(tracking_uri)
     left = HttpLimits(timeout=max(0.001, end - time.monotonic()))
-    data = store.load_experiment(uri, source, [], show_progress=not quiet, cache=cache, http=left)
-    return side_from_report(build_report(data, warmup_epochs=warmup_epochs), source)
+    extra = () if target is None else (target.metric,)
+    data = store.load_experiment(
+        uri, source, [], show_progress=not quiet, cache=cache, http=left, extra_metrics=extra
+    )
+    report = build_report(data, warmup_epochs=warmup_epochs, target=target)
+    return side_from_report(report, source)
+
+
+def _saved_target(sides: list[Side | None]) -> Target | None:
+    """The target of the saved report(s) among the sides, when they name one."""
+    found = {s.target for s in sides if s is not None and s.target is not None}
+    return found.pop() if len(found) == 1 else None
 
 
 @click.command("compare")
@@ -80,11 +99,11 @@ def _side(
 )
 @click.option(
     "--metrics",
-    default="epoch-time,efficiency,throughput,energy",
+    default="epoch-time,efficiency,throughput,energy,time-to-target",
     show_default=True,
     metavar="A,B",
     help="The metrics compared and gated (comma-separated): epoch-time, efficiency (from "
-    "epoch time), throughput, energy (per epoch).",
+    "epoch time), throughput, energy (per epoch), time-to-target (where the sides have one).",
 )
 @click.option(
     "--allow-missing",
@@ -103,6 +122,12 @@ def _side(
     "artifact folder of the tracking store)."
 )
 @cache_options
+@target_option(
+    f"{TARGET_HELP}: compares the mean time to target of the runs that reached it (how many "
+    "did is shown on each side); a side read from a store is built with it; a saved "
+    "report must carry the same target. Without it, a side read from a store takes the target "
+    "of the saved report on the other side."
+)
 @click.option("--quiet", "-q", is_flag=True, help="No progress messages on stderr.")
 def compare_command(
     baseline: str,
@@ -118,6 +143,7 @@ def compare_command(
     cache: bool,
     cache_dir: str | None,
     cache_size: int,
+    target: Target | None,
     quiet: bool,
 ) -> None:
     """Compare two reports per configuration and exit 4 on a regression.
@@ -164,9 +190,13 @@ def compare_command(
 
     settings = cache_settings(cache, cache_dir, cache_size)
     end = time.monotonic() + HttpLimits(timeout=timeout).seconds  # one deadline for both sides
-    base = _side(baseline, tracking_uri, warmup_epochs, quiet, end, settings)
-    cur = _side(current, tracking_uri, warmup_epochs, quiet, end, settings)
-    result = compare_sides(base, cur, max_regression, allow_missing, picked)
+    saved = [_file_side(baseline), _file_side(current)]
+    goal = target if target is not None else _saved_target(saved)
+    base, cur = (
+        side or _store_side(name, tracking_uri, warmup_epochs, quiet, end, settings, goal)
+        for side, name in zip(saved, (baseline, current), strict=True)
+    )
+    result = compare_sides(base, cur, max_regression, allow_missing, picked, target)
     emit(render_comparison(result, fmt), output)
     failure = gate_error(result)
     if failure is not None:

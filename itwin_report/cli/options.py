@@ -214,13 +214,18 @@ def timeout_option() -> Callable[[Any], Any]:
     )
 
 
+TARGET_HELP = (
+    "Quality target, e.g. val_accuracy>=0.76 or val_loss<=0.3, for any metric the worker runs log"
+)
+
+
 class TargetType(click.ParamType):
     """``METRIC>=VALUE`` or ``METRIC<=VALUE``, read by the report's one target parser."""
 
     name = "METRIC>=VALUE"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        from itwin_report.report.target import BadTarget, Target, parse_target
+        from itwin_report.options import BadTarget, Target, parse_target
 
         if isinstance(value, Target):
             return value

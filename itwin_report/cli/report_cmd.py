@@ -11,6 +11,7 @@ import click
 from itwin_report import options as rules
 from itwin_report.cli.group import Failure
 from itwin_report.cli.options import (
+    TARGET_HELP,
     Efficiency,
     OneOf,
     Rule,
@@ -36,7 +37,7 @@ from itwin_report.render import FORMATS
 from itwin_report.util.errors import EXIT_USAGE, GateFailed
 
 if TYPE_CHECKING:
-    from itwin_report.report.target import Target
+    from itwin_report.options import Target
 
 
 @click.command("generate-scalability-report")
@@ -226,9 +227,8 @@ if TYPE_CHECKING:
 )
 @cache_options
 @target_option(
-    "Quality target, e.g. val_accuracy>=0.76 or val_loss<=0.3, for any metric the worker runs "
-    "log: adds the time-to-target table (time from a run's start to its first point that "
-    "meets it, speedup and efficiency) and its plots."
+    f"{TARGET_HELP}: adds the time-to-target table (time from a run's start to its first "
+    "point that meets it, speedup and efficiency) and its plots."
 )
 @click.option("--quiet", "-q", is_flag=True, help="No progress or plot messages on stderr.")
 def generate_scalability_report(

@@ -22,6 +22,7 @@ gpu_uuid            str      ``params.gpu_uuid``: its GPU's UUID ("" when not lo
 samples_per_epoch   float    ``params.samples_per_epoch`` when logged, else NaN
 batch_size          float    ``params.batch_size`` (samples per batch per worker), else NaN
 global_batch_size   float    ``params.global_batch_size`` (samples per step, all workers), else NaN
+gpus_per_node       float    ``params.gpus_per_node`` (GPUs per node: the nodes of a job), else NaN
 status              str      MLflow run status of the worker run (FINISHED, KILLED, ...)
 start_time          float    the worker run's start, ms since the epoch (NaN when unknown)
 end_time            float    the worker run's end, ms since the epoch (NaN while running)
@@ -108,6 +109,7 @@ WORKER_PARAMS: tuple[str, ...] = (
     "samples_per_epoch",
     "batch_size",
     "global_batch_size",
+    "gpus_per_node",
     *GPU_IDENTITY,
 )
 
@@ -126,6 +128,7 @@ RUN_COLUMNS: dict[str, str] = {
     "samples_per_epoch": "float64",
     "batch_size": "float64",
     "global_batch_size": "float64",
+    "gpus_per_node": "float64",
     "status": "str",
     **{name: "str" for name in GPU_IDENTITY},
     "start_time": "float64",
@@ -174,6 +177,7 @@ OPTIONAL_COLUMNS: dict[str, dict[str, Any]] = {
     "runs": {
         "batch_size": float("nan"),
         "global_batch_size": float("nan"),
+        "gpus_per_node": float("nan"),
         **{name: "" for name in GPU_IDENTITY},
         "start_time": float("nan"),
         "end_time": float("nan"),

@@ -22,6 +22,7 @@ probing_interval           > 0 and <= 1e9 (else NaN: the step spacing is used)
 samples_per_epoch          > 0 and <= 1e15 (else NaN)
 batch_size                 > 0 and <= 1e15 (else NaN)
 global_batch_size          > 0 and <= 1e15 (else NaN)
+gpus_per_node              1 .. MAX_WORKERS (else NaN)
 epoch_time_s               > 0 and <= 1e9 (s)
 gpu_power_W                0 .. 1e5 (W)
 gpu_energy_J               0 .. 1e15 (J, a cumulative counter)
@@ -119,6 +120,7 @@ RUN_VALUES: dict[str, Range] = {
     "samples_per_epoch": POSITIVE,
     "batch_size": POSITIVE,
     "global_batch_size": POSITIVE,
+    "gpus_per_node": Range(1.0, MAX_WORKERS),
 }
 PERFORMANCE_REQUIRED: dict[str, Range] = {
     "total_samples": NON_NEGATIVE,

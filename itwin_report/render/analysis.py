@@ -67,7 +67,17 @@ def json_fields(report: Report) -> dict[str, Any]:
         "predictions": _records(a.predictions),
         "prediction_notes": [mask_text(line) for line in a.prediction_notes],
         "efficiency_note": mask_text(a.efficiency_note),
+        "node_steps": [_node_step(step) for step in getattr(a, "node_steps", [])],
     }
+
+
+def _node_step(step: Any) -> dict[str, Any]:
+    """A node step as JSON: its fields, the interval paired, and its sentence."""
+    row = {k: _plain(v) for k, v in step.to_dict().items()}
+    low, high = row.pop("efficiency_lost_ci_low"), row.pop("efficiency_lost_ci_high")
+    row["efficiency_lost_ci"] = None if low is None or high is None else [low, high]
+    row["text"] = mask_text(step.sentence)
+    return row
 
 
 def interval_text(low: Any, high: Any, fmt: str) -> str:
@@ -164,7 +174,8 @@ def sentences(report: Report) -> list[str]:
         if not any(n.startswith(f"no prediction for {s}: ") for s in unfitted)
     ]
     gap = [a.efficiency_note] if a.efficiency_note else []
-    return [a.scaling_note, *a.fastest, *a.model_lines, *notes, *gap]
+    steps = [step.sentence for step in getattr(a, "node_steps", [])]
+    return [a.scaling_note, *a.fastest, *a.model_lines, *steps, *notes, *gap]
 
 
 TableParts = tuple[str, str, list[str], list[list[str]], list[bool], str]

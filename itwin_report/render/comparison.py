@@ -18,6 +18,7 @@ from itwin_report.analysis.comparison import (
     gate_error,
     label,
     method_words,
+    reached_words,
     regressions,
     side_from_dict,
 )
@@ -89,14 +90,22 @@ def overall_rows(result: Comparison) -> list[list[str]]:
     ]
 
 
+def _cell(row: dict[str, Any], side: str) -> str:
+    """A side's value, with the runs that reached the target for a time to target:
+    ``270.00 s (3 of 5 reached)``."""
+    text = _value(row["metric"], float(row[side]))
+    counts = row.get(f"{side}_reached")
+    return f"{text} ({reached_words(tuple(counts))})" if isinstance(counts, list) else text
+
+
 def comparison_rows(table: pd.DataFrame) -> list[list[str]]:
     """Formatted rows of the comparison (configuration names are escaped by the caller)."""
     return [
         [
             f"{r['strategy']}-{r['workers']}",
             label(r["metric"]),
-            _value(r["metric"], float(r["baseline"])),
-            _value(r["metric"], float(r["current"])),
+            _cell(r, "baseline"),
+            _cell(r, "current"),
             f"{float(r['change']):+.1%}",
             _noise_word(r),
             _verdict(r),
@@ -144,6 +153,7 @@ def summary_lines(result: Comparison) -> list[str]:
         lines = ["Nothing compared: no configuration has a metric measured in both reports."]
     else:
         lines = [_verdict_line(result)]
+    lines += unreached_lines(result)
     if result.missing:
         names = ", ".join(config_name(k) for k in result.missing)
         if result.allow_missing:
@@ -153,6 +163,24 @@ def summary_lines(result: Comparison) -> list[str]:
                 f"Missing from the current report: {names}; this fails the comparison "
                 "(--allow-missing accepts it)"
             )
+    return lines
+
+
+def unreached_lines(result: Comparison) -> list[str]:
+    """The configurations whose time to target a side lacks because none of its runs reached
+    the target: a regression when the baseline's did, else a statement."""
+    lost = [u.words() for u in result.unreached if u.regression]
+    other = [u.words() for u in result.unreached if not u.regression]
+    lines = []
+    if lost:
+        lines.append(
+            f"The target is no longer reached by {', '.join(lost)}; this fails the comparison."
+        )
+    if other:
+        lines.append(
+            "Time to target not compared where a side never reached the target: "
+            f"{', '.join(other)}."
+        )
     return lines
 
 
@@ -212,6 +240,19 @@ def _payload(result: Comparison) -> dict[str, Any]:
             for m in METRICS
             if m.name in result.metrics
         },
+        "target": {
+            "baseline": _masked(result.baseline.target),
+            "current": _masked(result.current.target),
+        },
+        "unreached": [
+            {
+                "configuration": mask_text(config_name(u.key)),
+                "baseline_reached": list(u.baseline),
+                "current_reached": list(u.current),
+                "regression": u.regression,
+            }
+            for u in result.unreached
+        ],
         "family_size": result.family_size,
         "family_alpha": FAMILY_ALPHA,
         "comparison": [{str(k): v for k, v in r.items()} for r in records],
@@ -223,6 +264,12 @@ def _payload(result: Comparison) -> dict[str, Any]:
         "notes": [mask_text(n) for n in notes(result)],
         "warnings": [mask_text(w) for w in result.all_warnings],
     }
+
+
+def _masked(target: object) -> str | None:
+    from itwin_report.util.masking import mask_text
+
+    return None if target is None else mask_text(str(target))
 
 
 def render_comparison(result: Comparison, fmt: str) -> str:

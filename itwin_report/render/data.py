@@ -22,8 +22,9 @@ if TYPE_CHECKING:
     from itwin_report.report import Report
 
 # 2: base_strategy/base_workers, energy_coverage, gate, prediction notes; 3: summary records,
-# the recommendation's basis and every configuration within noise (lists)
-SCHEMA_VERSION = 3
+# the recommendation's basis and every configuration within noise (lists); 4: ``nodes`` in every
+# per-configuration row, the node step, the communication table
+SCHEMA_VERSION = 4
 INTEGER_COLUMNS = sorted(
     {
         c.name

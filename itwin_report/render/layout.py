@@ -206,7 +206,7 @@ def cost_block(report: Report) -> Table | None:
     records = [{str(k): v for k, v in r.items()} for r in report.gpu.to_dict("records")]
     if not records:
         return None
-    keys = [GPU.column("strategy"), GPU.column("workers")]
+    keys = [GPU.column(name) for name in ("strategy", "workers", "nodes")]
     columns = [
         c
         for c in GPU.grouped(COST)

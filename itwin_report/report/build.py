@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 
 from itwin_report.analysis.intervals import fastest_lines, mean_interval, run_groups
+from itwin_report.analysis.node_step import node_steps
 from itwin_report.analysis.scaling_mode import constant, decide, per_sample, weak_efficiency
 from itwin_report.analysis.scaling_models import (
     Ceiling,
@@ -19,7 +20,7 @@ from itwin_report.analysis.scaling_models import (
     predict,
 )
 from itwin_report.data.rundata import RunData
-from itwin_report.options import ReportOptions
+from itwin_report.options import ReportOptions, Target, parse_target
 from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.breakdown import merged_stragglers, time_breakdown, trace_ranks
 from itwin_report.report.common import normalized
@@ -30,9 +31,10 @@ from itwin_report.report.epoch_time import epoch_time_table, run_means_table
 from itwin_report.report.gate import evaluate
 from itwin_report.report.gpu import gpu_table
 from itwin_report.report.model import Analysis, Report
+from itwin_report.report.nodes import config_nodes, with_nodes
 from itwin_report.report.series import rate_series
+from itwin_report.report.specs import TABLES, TIME_TO_TARGET
 from itwin_report.report.stragglers import metric_stragglers
-from itwin_report.report.target import Target, parse_target
 from itwin_report.report.throughput import throughput_table
 from itwin_report.report.time_to_target import add_time_to_target
 from itwin_report.util.errors import BadOption
@@ -71,7 +73,7 @@ def build_report(
     ``traces``: profiler traces already read and matched to ``data``'s worker runs
     (:func:`itwin_report.traces.analyze.run_traces`): their per-rank breakdown feeds the time
     breakdown and the computation table, their stragglers join the metrics' ones.
-    ``target``: ``METRIC>=VALUE`` or ``METRIC<=VALUE`` (:mod:`itwin_report.report.target`):
+    ``target``: ``METRIC>=VALUE`` or ``METRIC<=VALUE`` (:func:`itwin_report.options.parse_target`):
     adds the time-to-target table (:mod:`itwin_report.report.time_to_target`).
     """
     goal = None if target is None else parse_target(target)
@@ -108,6 +110,8 @@ def build_report(
     )
     analysis = analyse(epoch, thr, runs, mode, note, predict_workers or [], _samples(data))
     analysis.efficiency_note = efficiency_gap(epoch, thr)
+    nodes = config_nodes(data.runs, costs.gpus_per_node)
+    analysis.node_steps = node_steps(run_groups(runs), nodes, mode)
     slow = merged_stragglers(metric_stragglers(data), traces.stragglers if traces else [])
     w_time: list[str] = []
     breakdown = time_breakdown(data, thr, ranks, slow, w_time)
@@ -151,9 +155,19 @@ def build_report(
     )
     if goal is not None:
         add_time_to_target(report, data, goal, used)
+    _add_nodes(report, nodes)
     if gate is not None:
         report.gate = evaluate(report, *gate)
     return report
+
+
+NODE_TABLES = (*(spec.name for spec in TABLES), TIME_TO_TARGET.name)
+
+
+def _add_nodes(report: Report, nodes: dict[tuple[str, int], float]) -> None:
+    """Every per-configuration table of ``report`` with its ``nodes`` column filled."""
+    for name in NODE_TABLES:
+        setattr(report, name, with_nodes(getattr(report, name), nodes))
 
 
 def _samples(data: RunData) -> dict[str, float]:

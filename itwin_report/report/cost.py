@@ -2,14 +2,14 @@
 facility energy (``--pue``), CO2e (``--carbon-intensity``) and money (``--gpu-hour-price``).
 
 Nothing is assumed: a factor not given leaves its columns empty, and node-hours are unknown
-unless the runs log their ``hostname`` or ``--gpus-per-node`` is given.
+unless the runs log their ``hostname`` or ``gpus_per_node`` or ``--gpus-per-node`` is given.
 
 * GPU-hours per epoch = GPUs x mean epoch time after warm-up / 3600 (its 95 % interval from
   the per-run mean epoch times); per run = GPUs x the wall time a job is billed for (the time
   breakdown's, set-up and teardown included) / 3600, averaged over runs; where no wall time is
   known, the run's training time (the sum of all its epoch times) stands for it.
-* Nodes of a job: the distinct ``hostname`` params of its ranks when every rank logged one,
-  else GPUs / ``--gpus-per-node`` rounded up. Node-hours per epoch = nodes x epoch time / 3600.
+* Nodes of a job as :mod:`itwin_report.report.nodes` decides them. Node-hours per epoch =
+  nodes (the configuration's jobs' mean) x epoch time / 3600.
 * Energy per 1,000 samples = energy per epoch / samples per epoch x 1000 (samples per epoch as
   the throughput table reads them: ``--samples-per-epoch``, the param, or batches x batch size).
 * Facility energy = energy x PUE; CO2e (g) = (facility) energy in kWh x g CO2e per kWh;
@@ -28,6 +28,7 @@ from itwin_report.analysis.intervals import mean_interval, run_groups
 from itwin_report.data.frames import text_index
 from itwin_report.data.rundata import RunData
 from itwin_report.report.epoch_time import epoch_points
+from itwin_report.report.nodes import job_nodes
 from itwin_report.report.throughput import samples_per_epoch
 
 
@@ -46,25 +47,16 @@ class CostFactors:
         return asdict(self)
 
 
-def _job_frame(data: RunData, given_spe: float | None) -> pd.DataFrame:
-    """Per job: configuration, training time (sum of all epoch times), samples per epoch."""
+def _job_frame(data: RunData, given_spe: float | None, per_node: int | None) -> pd.DataFrame:
+    """Per job: configuration, training time (sum of all epoch times), samples per epoch,
+    nodes (:mod:`itwin_report.report.nodes`)."""
     jobs = data.runs.drop_duplicates("job_id").set_index("job_id")[["strategy", "workers"]]
     times = text_index(epoch_points(data).groupby("job_id", observed=True)["value"].sum())
     jobs = jobs.assign(train_s=times.reindex(jobs.index))
     spe, _ = samples_per_epoch(data, given_spe)
     jobs["spe"] = spe.set_index("job_id")["samples_per_epoch"].reindex(jobs.index)
-    jobs["nodes"] = _nodes(data, jobs)
+    jobs["nodes"] = job_nodes(data.runs, per_node).reindex(jobs.index)
     return jobs
-
-
-def _nodes(data: RunData, jobs: pd.DataFrame) -> pd.Series:
-    """Per job: distinct hostnames when every rank logged one; NaN otherwise (filled later)."""
-    runs = data.runs
-    named = runs[runs["hostname"] != ""]
-    hosts = named.groupby("job_id")["hostname"].nunique()
-    ranks = named.groupby("job_id")["rank"].nunique()
-    complete = ranks.reindex(jobs.index) == jobs["workers"]
-    return hosts.reindex(jobs.index).where(complete).astype("float64")
 
 
 def add_costs(
@@ -80,10 +72,7 @@ def add_costs(
     per configuration, its jobs' mean wall time (the time breakdown's ``wall_s``)."""
     if gpu.empty:
         return gpu
-    jobs = _job_frame(data, given_spe)
-    if factors.gpus_per_node is not None:
-        fill = np.ceil(jobs["workers"] / factors.gpus_per_node)
-        jobs["nodes"] = jobs["nodes"].fillna(fill)
+    jobs = _job_frame(data, given_spe, factors.gpus_per_node)
     times = {
         (str(s), int(w)): float(t)
         for s, w, t in zip(
@@ -106,7 +95,6 @@ def add_costs(
             "gpu_hours_per_epoch_ci_low": workers * low / 3600.0,
             "gpu_hours_per_epoch_ci_high": workers * high / 3600.0,
             "gpu_hours_per_run": workers * billed / 3600.0,
-            "nodes": _mean(mine["nodes"]),
             "node_hours_per_epoch": _mean(mine["nodes"]) * t / 3600.0,
             "energy_wh_per_1k_samples": 1000.0 * row["energy_wh_per_epoch"] / spe,
         }

@@ -54,7 +54,7 @@ def epoch_time_table(
                 "std_epoch_time_s": std,
             }
         )
-    table = finish(rows, COLUMNS[:6])
+    table = finish(rows, COLUMNS[:7])  # up to the std between runs
     configs = configurations(data.runs)
     used, notes = base_rule.decide(
         table,

@@ -10,11 +10,12 @@ import pandas as pd
 from itwin_report.data.rundata import RunData
 
 if TYPE_CHECKING:
+    from itwin_report.analysis.node_step import NodeStep
     from itwin_report.analysis.scaling_models import StrategyModels
+    from itwin_report.options import Target
     from itwin_report.report.cost import CostFactors
     from itwin_report.report.decision import Decision
     from itwin_report.report.gate import GateVerdict
-    from itwin_report.report.target import Target
 
 __all__ = ["Analysis", "Report"]
 
@@ -79,6 +80,8 @@ class Analysis:
     # per strategy: the measured input ceiling bounding its predictions (workers, floor, rate)
     ceilings: dict = field(default_factory=dict)
     efficiency_note: str = ""  # why the two efficiencies differ, when they do beyond noise
+    # per strategy: the efficiency lost from one node to two or more (analysis/node_step.py)
+    node_steps: list[NodeStep] = field(default_factory=list)
 
 
 def _empty(table: str) -> pd.DataFrame:

@@ -43,6 +43,7 @@ def _key_columns() -> tuple[Column, ...]:
             integer,
             description="Workers (GPUs) of the configuration: the global world size.",
         ),
+        NODES,
         Column(
             "runs",
             "int64",
@@ -51,6 +52,25 @@ def _key_columns() -> tuple[Column, ...]:
             description="Jobs of the configuration that contribute data to this table.",
         ),
     )
+
+
+def _whole(value: Any) -> str:
+    """A count that may be a mean: ``2``, or ``1.5`` when the jobs differ."""
+    if is_missing(value):
+        return MISSING
+    return str(int(value)) if float(value).is_integer() else format(float(value), ".1f")
+
+
+NODES = Column(
+    "nodes",
+    "float64",
+    "Nodes",
+    _whole,
+    optional=True,
+    description="Nodes of the configuration's jobs: the distinct hostname params of their "
+    "ranks where every rank logged one, else GPUs / GPUs per node rounded up (--gpus-per-node, "
+    "else the runs' gpus_per_node param); unknown otherwise. A mean when its jobs differ.",
+)
 
 
 def _base_columns() -> tuple[Column, ...]:
@@ -101,15 +121,6 @@ def _cost_columns() -> tuple[Column, ...]:
             group=COST,
             description="GPUs x the job's wall time, set-up included (performance.json's "
             "total_time; without it the sum of its epoch times) / 3600, averaged over runs.",
-        ),
-        Column(
-            "nodes",
-            "float64",
-            "Nodes",
-            integer,
-            group=COST,
-            description="Nodes of the job: distinct hostname params of its ranks, else "
-            "GPUs / --gpus-per-node rounded up; unknown otherwise.",
         ),
         Column(
             "node_hours_per_epoch",
@@ -546,7 +557,7 @@ TIME_TO_TARGET = TableSpec(
     "Time to target",
     "No time to target: no run logged the target's metric.",
     (
-        *_key_columns()[:2],
+        *_key_columns()[:3],
         Column(
             "runs",
             "int64",

@@ -297,7 +297,7 @@ def throughput_table(
                 }
             )
     warnings += [f"no throughput for {name_list(names)}: {why}" for why, names in missing.items()]
-    columns = ["strategy", "workers", "runs", "samples_per_sec", *CI, "source"]
+    columns = ["strategy", "workers", "nodes", "runs", "samples_per_sec", *CI, "source"]
     table = finish(rows, columns)
     used = base
     if used is None or not used.bases:

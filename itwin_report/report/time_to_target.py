@@ -30,12 +30,12 @@ import pandas as pd
 from itwin_report.analysis.intervals import mean_interval, ratio_interval
 from itwin_report.data.frames import as_text
 from itwin_report.data.rundata import RunData
+from itwin_report.options import Target
 from itwin_report.report import baseline as base_rule
 from itwin_report.report import specs as tables
 from itwin_report.report.baseline import Baseline
 from itwin_report.report.columns import base_of, is_missing
 from itwin_report.report.common import finish, label
-from itwin_report.report.target import Target
 from itwin_report.util.notes import Note, tagged
 from itwin_report.util.text import name_list
 
@@ -191,7 +191,7 @@ def time_to_target_table(data: RunData, target: Target, used: Baseline) -> TimeT
         )
     runs, warnings = run_outcomes(data, target)
     rows = [_row(s, w, group) for s, w, group in by_config(runs)]
-    table = finish(rows, COLUMNS[:9])
+    table = finish(rows, COLUMNS[:10])
     table, notes = base_rule.apply(table, "avg_time_to_target_s", False, used)
     never = [
         label(str(r["strategy"]), int(str(r["workers"]))) for r in rows if not r["runs_reached"]

@@ -31,6 +31,14 @@ from itwin_report.util.errors import ReportError
 from itwin_report.util.notes import Note
 
 PARENT_TAG = "mlflow.parentRunId"
+# worker-run params read as numbers (NaN when absent or not a number)
+FLOAT_PARAMS = (
+    "probing_interval",
+    "samples_per_epoch",
+    "batch_size",
+    "global_batch_size",
+    "gpus_per_node",
+)
 RAW_RUN_COLUMNS: tuple[str, ...] = (
     "run_id",
     "name",
@@ -209,7 +217,7 @@ def select_workers(
     cands = cands.assign(workers=checked.workers, rank=checked.rank)[~flagged].copy()
 
     not_numbers: dict[str, list[str]] = {}
-    for column in ("probing_interval", "samples_per_epoch", "batch_size", "global_batch_size"):
+    for column in FLOAT_PARAMS:
         cands[column] = _optional_float(cands, column, names[column], not_numbers)
     warnings += grouped(not_numbers, "{what} in {n} worker run(s) of {runs}")
     for column in GPU_IDENTITY:  # text as logged, "" when absent
