@@ -380,6 +380,14 @@ MUTANTS = (
         "np.argmin(starts[around])",
         ("tests/test_traces_collectives.py",),
     ),
+    Mutant(
+        "M44",
+        "energy to target from the job's whole power samples, not those up to the target",
+        "itwin_report/report/energy_to_target.py",
+        "float(np.nansum(watts[stamps <= at])) / total",
+        "float(np.nansum(watts)) / total",
+        ("tests/test_decision_target.py",),
+    ),
 )
 
 

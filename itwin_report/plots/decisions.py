@@ -7,7 +7,7 @@ Light module: matplotlib is imported inside functions.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from itwin_report.plots.figures import (
     IDEAL_COLOR,
@@ -160,6 +160,37 @@ class Key:
         return [h for h, _ in rows], [t for _, t in rows]
 
 
+class Axes(NamedTuple):
+    """What the Pareto plot of one decision basis draws: title, front columns, axis labels."""
+
+    title: str
+    columns: tuple[str, str]
+    x: str
+    y: str
+
+
+AXES = {
+    "epoch": Axes(
+        "Epoch time against energy per epoch",
+        ("epoch_time_s", "energy_wh_per_epoch"),
+        "Epoch time after warm-up (s)",
+        "Energy per epoch",
+    ),
+    "1k samples": Axes(
+        "Time against energy per 1k samples",
+        ("time_s_per_1k_samples", "energy_wh_per_1k_samples"),
+        "Time per 1k samples (s)",
+        "Energy per 1k samples",
+    ),
+    "target": Axes(
+        "Time against energy to {target}",
+        ("time_to_target_s", "energy_wh_to_target"),
+        "Time to target (s)",
+        "Energy to target",
+    ),
+}
+
+
 def pareto_figure(report: Report) -> Figure | None:
     """Time against energy per unit of work (per epoch, or per 1k samples when samples per
     epoch vary: the decision's own points): one point per configuration, labelled
@@ -169,13 +200,9 @@ def pareto_figure(report: Report) -> Figure | None:
     if decision is None or decision.pareto.empty:
         return None
     pts = [p for p in decision.points if p.energy == p.energy and p.time == p.time]
-    per_epoch = decision.basis == "epoch"
+    axes = AXES.get(decision.basis, AXES["1k samples"])
     colors = strategy_colors(report)
-    title = (
-        "Epoch time against energy per epoch"
-        if per_epoch
-        else ("Time against energy per 1k samples")
-    )
+    title = axes.title.format(target=decision.target)
     fig, ax = _figure(f"{title} (front joined)", right=0.97)
     for strategy in sorted({p.strategy for p in pts}):
         mine = [p for p in pts if p.strategy == strategy]
@@ -187,14 +214,7 @@ def pareto_figure(report: Report) -> Figure | None:
             zorder=3,
         )
     front = decision.pareto
-    x, y = (
-        ("epoch_time_s", "energy_wh_per_epoch")
-        if per_epoch
-        else (
-            "time_s_per_1k_samples",
-            "energy_wh_per_1k_samples",
-        )
-    )
+    x, y = axes.columns
     ax.plot(
         list(front[x]),
         list(front[y]),
@@ -215,10 +235,9 @@ def pareto_figure(report: Report) -> Figure | None:
             zorder=4,
         )
     ax.margins(x=0.15, y=0.1)
-    unit = "epoch" if per_epoch else "1k samples"
-    ax.set_xlabel("Epoch time after warm-up (s)" if per_epoch else "Time per 1k samples (s)")
+    ax.set_xlabel(axes.x)
     estimated = "; ~ estimated" if any(p.coverage < 1 for p in pts) else ""
-    ax.set_ylabel(f"Energy per {unit} (Wh, all GPUs{estimated})")
+    ax.set_ylabel(f"{axes.y} (Wh, all GPUs{estimated})")
     legend = ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8)
     legend_beside(fig, ax, legend)
     point_labels(  # each label beside its own point, clear of the others

@@ -261,6 +261,11 @@ PARETO_SHOWN = {
         ("energy_wh_per_1k_samples", "Energy per 1k samples", ("gpu", "energy_wh_per_1k_samples")),
         ("gpu_hours_per_1k_samples", "GPU-h per 1k samples", ("gpu", "gpu_hours_per_epoch")),
     ),
+    "target": (
+        ("time_to_target_s", "Time to target", ("epoch_time", "avg_epoch_time_s")),
+        ("energy_wh_to_target", "Energy to target", ("gpu", "energy_wh_per_epoch")),
+        ("gpu_hours_to_target", "GPU-h to target", ("gpu", "gpu_hours_per_epoch")),
+    ),
 }
 
 
@@ -285,7 +290,9 @@ def decision_blocks(report: Report) -> list[Block]:
     ]
     blocks: list[Block] = []
     if rows:
-        per = "" if decision.basis == "epoch" else ", per 1k samples: samples per epoch vary"
+        per = {"epoch": "", "target": f", to {decision.target}"}.get(
+            decision.basis, ", per 1k samples: samples per epoch vary"
+        )
         blocks.append(
             Table(
                 name="pareto",

@@ -161,7 +161,8 @@ def _choice(report: Report) -> tuple[Line, tuple[str, int]] | None:
     if decision is not None and decision.knee is not None:
         knee = decision.knee
         p = next(p for p in decision.points if p.key == knee)
-        column = "energy_wh_per_epoch" if decision.basis == "epoch" else "energy_wh_per_1k_samples"
+        per_1k = decision.basis == "1k samples"
+        column = "energy_wh_per_1k_samples" if per_1k else "energy_wh_per_epoch"
         energy = SPECS["gpu"].column(column).cell({column: p.energy, "energy_coverage": p.coverage})
         time = _fmt("epoch_time", "avg_epoch_time_s", p.time)
         text = (

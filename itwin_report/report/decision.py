@@ -25,7 +25,8 @@ from itwin_report.analysis.pareto import DEFAULT_MAX_ENERGY_PER_SPEEDUP, Point
 from itwin_report.report.specs import SPECS
 from itwin_report.util.text import joined, plural
 
-EPOCH, PER_1K = "epoch", "1k samples"  # the two bases of a decision
+EPOCH, PER_1K = "epoch", "1k samples"  # the two bases of a decision without a target
+TARGET = "target"  # with a target: time and energy to reach it
 PARETO_COLUMNS = [
     "strategy",
     "workers",
@@ -37,7 +38,26 @@ PARETO_COLUMNS = [
     "gpu_hours_per_1k_samples",
     "energy_coverage",
 ]
+# with a target, the front's rows also hold what it was decided on
+TARGET_COLUMNS = [
+    "time_to_target_s",
+    "energy_wh_to_target",
+    "gpu_hours_to_target",
+    "energy_to_target_basis",
+]
 Key = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class ToTarget:
+    """What a decision to a target weighs: one point per configuration that reached it (time
+    and energy to target, GPU-hours = workers x time), each one's energy basis, and the
+    configurations whose runs did not all reach it, as (configuration, reached, runs)."""
+
+    target: str
+    points: list[Point]
+    basis: dict[Key, str]
+    short: list[tuple[Key, int, int]] = field(default_factory=list)
 
 
 @dataclass
@@ -60,6 +80,10 @@ class Decision:
     deadline_samples: float | None = None  # samples per epoch of the deadline's epochs
     deadline_choice: Key | None = None
     sentences: list[str] = field(default_factory=list)
+    target: str | None = None  # with TARGET: the quality target
+    # per configuration, per epoch (or per 1k samples): what a later decision to a target reuses
+    per_epoch: dict[Key, Point] = field(default_factory=dict, repr=False)
+    work: Work | None = field(default=None, repr=False)
 
     def recommendation(self) -> dict[str, Any]:
         """The JSON report's ``recommendation``."""
@@ -71,8 +95,10 @@ class Decision:
                 "samples_per_epoch": self.deadline_samples,
                 "choice": _named(self.deadline_choice),
             }
+        target = {} if self.target is None else {"target": self.target}
         return {
             "basis": self.basis,
+            **target,
             "fastest": _named(self.fastest),
             "most_frugal": _named(self.most_frugal),
             "knee": _named(self.knee),
@@ -85,8 +111,8 @@ class Decision:
 
     @property
     def unit(self) -> str:
-        """``per epoch`` or ``per 1k samples``."""
-        return f"per {self.basis}"
+        """``per epoch``, ``per 1k samples`` or ``to val_accuracy>=0.76``."""
+        return f"to {self.target}" if self.basis == TARGET else f"per {self.basis}"
 
 
 def _named(key: Key | None) -> dict[str, Any] | None:
@@ -141,15 +167,23 @@ def points(
     return out
 
 
-def _frame(line: list[Point], per_epoch: dict[Key, Point], work: Work) -> pd.DataFrame:
-    """The front's rows with both bases: per epoch, and per 1,000 samples where known."""
+def _frame(
+    line: list[Point], per_epoch: dict[Key, Point], work: Work, to: ToTarget | None = None
+) -> pd.DataFrame:
+    """The front's rows with both bases: per epoch, and per 1,000 samples where known; with a
+    target, also the time, energy and GPU-hours to it and the energy's basis."""
     rows = []
+    unknown = Point("", 0, math.nan, math.nan)
     for p in line:
-        e = per_epoch[p.key]
+        e = per_epoch.get(p.key, unknown)
         k = 1000.0 / work.samples.get(p.key, math.nan)
         per_1k = [e.time * k, e.energy * k, e.gpu_hours * k]
-        rows.append([p.strategy, p.workers, e.time, e.energy, e.gpu_hours, *per_1k, p.coverage])
-    return pd.DataFrame(rows, columns=PARETO_COLUMNS).astype(
+        row = [p.strategy, p.workers, e.time, e.energy, e.gpu_hours, *per_1k, p.coverage]
+        if to is not None:
+            row += [p.time, p.energy, p.gpu_hours, to.basis.get(p.key, "")]
+        rows.append(row)
+    columns = PARETO_COLUMNS + (TARGET_COLUMNS if to is not None else [])
+    return pd.DataFrame(rows, columns=columns).astype(
         {"strategy": "str", "workers": "int64", "epoch_time_s": "float64"}
     )
 
@@ -168,16 +202,43 @@ def decide_costs(
     ratio = DEFAULT_MAX_ENERGY_PER_SPEEDUP if max_ratio is None else float(max_ratio)
     pts = points(epoch, gpu, run_means, work)
     per_epoch = {p.key: p for p in points(epoch, gpu, run_means, Work(work.samples))}
+    return _decide(pts, per_epoch, work, ratio, deadline_hours, epochs)
+
+
+def decide_to_target(before: Decision, to: ToTarget) -> Decision:
+    """The decision made again on time and energy to target (``to``), with the settings and
+    per-epoch values of the one made ``before`` on epochs."""
+    work = before.work or Work()
+    ratio = before.max_energy_per_speedup
+    return _decide(
+        to.points, before.per_epoch, work, ratio, before.deadline_hours, before.epochs, to
+    )
+
+
+def _decide(
+    pts: list[Point],
+    per_epoch: dict[Key, Point],
+    work: Work,
+    ratio: float,
+    deadline_hours: float | None,
+    epochs: int | None,
+    to: ToTarget | None = None,
+) -> Decision:
     line = pareto.front(pts)
     out = Decision(
-        pareto=_frame(line, per_epoch, work),
-        pareto_gpu_hours=_frame(pareto.front(pts, lambda p: p.gpu_hours), per_epoch, work),
-        basis=PER_1K if work.per_sample else EPOCH,
+        pareto=_frame(line, per_epoch, work, to),
+        pareto_gpu_hours=_frame(pareto.front(pts, lambda p: p.gpu_hours), per_epoch, work, to),
+        basis=TARGET if to is not None else PER_1K if work.per_sample else EPOCH,
         points=pts,
         max_energy_per_speedup=ratio,
         deadline_hours=deadline_hours,
         epochs=epochs,
+        target=None if to is None else to.target,
+        per_epoch=per_epoch,
+        work=work,
     )
+    if to is not None:
+        out.sentences = target_sentences(to)
     if line:
         known = [p for p in pts if pareto.front([p])]  # a known time and energy
         fastest = _pick(line[0], known, lambda p: (p.time, *p.time_ci))
@@ -186,10 +247,10 @@ def decide_costs(
         out.fastest, out.most_frugal = fastest.key, frugal.key
         out.knee = None if knee is None else knee.key
         out.fastest_ties, out.frugal_ties = list(fastest.within_noise), list(frugal.within_noise)
-        out.sentences = _pick_sentences(out, {p.key: p for p in pts}, pts, fastest, frugal)
+        out.sentences += _pick_sentences(out, {p.key: p for p in pts}, pts, fastest, frugal)
     elif pts:
         why = " (no samples per epoch to compare them per sample)" if work.per_sample else ""
-        out.sentences = [f"No configuration has both a time and an energy {out.unit}{why}."]
+        out.sentences += [f"No configuration has both a time and an energy {out.unit}{why}."]
     if deadline_hours is not None and epochs is not None:
         out.sentences.append(_deadline(out, pts, work, deadline_hours, epochs))
     return out
@@ -232,7 +293,7 @@ def _time(p: Point) -> str:
 
 def _energy(p: Point, basis: str) -> str:
     """The energy as the tables show it, ``~`` marking an estimate (the columns' one rule)."""
-    column = "energy_wh_per_epoch" if basis == EPOCH else "energy_wh_per_1k_samples"
+    column = "energy_wh_per_1k_samples" if basis == PER_1K else "energy_wh_per_epoch"
     return SPECS["gpu"].column(column).cell({column: p.energy, "energy_coverage": p.coverage})
 
 
@@ -275,6 +336,45 @@ def _pick_sentences(
     if d.knee is not None and fast.lowest != frugal_pick.lowest:
         lowest = by_key[frugal_pick.lowest]
         out.append(_knee_sentence(by_key[d.knee], lowest, pts, d.max_energy_per_speedup))
+    return out
+
+
+def _key_name(key: Key) -> str:
+    return f"{key[0]} on {plural(key[1], 'GPU')}"
+
+
+def target_sentences(to: ToTarget) -> list[str]:
+    """How a decision to a target is made: on what, each energy's basis, and the configurations
+    whose runs did not all reach it (never: not recommended)."""
+    from itwin_report.report.energy_to_target import MIXED, PER_EPOCH, SAMPLED
+
+    out = [
+        f"Decided on reaching {to.target}: time to target (from each run's start to its first "
+        "point that meets it, as in the Time to target table), GPU-hours = GPUs x that time, "
+        "and energy to target."
+    ]
+    groups: dict[str, list[str]] = {}
+    for p in to.points:
+        groups.setdefault(to.basis.get(p.key, ""), []).append(name(p))
+    words = {
+        SAMPLED: "the GPU power samples up to the timestamp where the target was reached",
+        PER_EPOCH: "energy per epoch x epochs to target (no power samples cover the span; "
+        "energy outside the epochs is left out)",
+        MIXED: "power samples for some runs, energy per epoch x epochs to target for others",
+        "": "unknown (no GPU energy)",
+    }
+    parts = [f"{words[b]} for {joined(groups[b])}" for b in words if b in groups]
+    if parts:
+        out.append(f"Energy to target: {'; '.join(parts)}.")
+    never = [f"{_key_name(k)} (0 of {n} runs)" for k, reached, n in to.short if reached == 0]
+    some = [f"{_key_name(k)} ({r} of {n})" for k, r, n in to.short if r > 0]
+    if never:
+        out.append(f"Not recommended: {joined(never)} never reached {to.target}.")
+    if some:
+        out.append(
+            f"Only some runs reached it for {joined(some)}: their times and energies are the "
+            "means of those runs."
+        )
     return out
 
 
@@ -327,9 +427,13 @@ def _deadline(d: Decision, pts: list[Point], work: Work, hours: float, epochs: i
     """Pick the cheapest configuration for the deadline (on ``d``) and say it in a sentence.
 
     Per 1k samples, the job's epochs hold the samples of the smallest configuration's epoch
-    (the problem the smaller runs train); its set-up is added to every job's time."""
+    (the problem the smaller runs train); its set-up is added to every job's time. To a
+    target, the work is reaching it: the time to target, set-up included."""
     units, what = float(epochs), f"{plural(epochs, 'epoch')} within {hours:g} h"
-    if d.basis == PER_1K:
+    verb, verbs = "finish", "finishes"
+    if d.basis == TARGET:
+        units, what, verb, verbs = 1.0, f"{d.target} within {hours:g} h", "reach", "reaches"
+    elif d.basis == PER_1K:
         sized = [p for p in pts if p.key in work.samples]
         if not sized:
             return f"No configuration can be checked against {what}: no samples per epoch."
@@ -345,20 +449,26 @@ def _deadline(d: Decision, pts: list[Point], work: Work, hours: float, epochs: i
     if choice is not None:
         needed = pareto.needed_s(choice, units)
         return (
-            f"Cheapest to finish {what}: {name(choice)}, {choice.workers * needed / 3600:.2f} "
-            f"GPU-hours in {needed / 3600:.2f} h{_setup(choice)}."
+            f"Cheapest to {verb} {what}: {name(choice)}, {choice.workers * needed / 3600:.2f} "
+            f"GPU-hours in {needed / 3600:.2f} h{_setup(choice, d)}."
         )
     timed = [p for p in pts if math.isfinite(p.time) and p.time > 0]
     if not timed:
-        return f"No configuration can be checked against {what}: no epoch times."
+        missing = "times to target" if d.basis == TARGET else "epoch times"
+        return f"No configuration can be checked against {what}: no {missing}."
     best = min(timed, key=lambda p: pareto.needed_s(p, units))
     return (
-        f"No configuration finishes {what}; the fastest, {name(best)}, needs "
-        f"{pareto.needed_s(best, units) / 3600:.2f} h{_setup(best)}."
+        f"No configuration {verbs} {what}; the fastest, {name(best)}, needs "
+        f"{pareto.needed_s(best, units) / 3600:.2f} h{_setup(best, d)}."
     )
 
 
-def _setup(p: Point) -> str:
+def _setup(p: Point, d: Decision) -> str:
+    if d.basis == TARGET:
+        return (
+            f" (from the runs' start, set-up included; --epochs {d.epochs} is not used: the "
+            "target sets the work)"
+        )
     if math.isfinite(p.setup_s):
         return f" (set-up {p.setup_s:.0f} s included)"
     return " (set-up not measured, not included)"

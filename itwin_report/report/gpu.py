@@ -315,6 +315,15 @@ def _per_job(
     return per_job, warnings + more
 
 
+def energy_by_job(data: RunData) -> tuple[pd.DataFrame, set[str]]:
+    """Per job (indexed by job id), as the GPU table measures it: ``scaled_wh`` (all its GPUs),
+    ``wh_per_epoch``, ``coverage``; and the worker runs whose GPU metrics are left out as
+    repeats of a GPU another rank reports."""
+    skip, _ = repeated_gpus(data.runs, _measured_runs(data))
+    per_job, _ = _per_job(data, skip, system_samples(data))
+    return per_job, skip
+
+
 def _mean(values: pd.Series) -> float:
     """Mean of the known values, NaN when there are none."""
     known = values.dropna()

@@ -52,6 +52,7 @@ RUN_COLUMNS = [
     "time_to_target_s",
     "epochs_to_target",
     "global_batch_size",
+    "reached_at",  # the timestamp (ms) of the first point that meets the target
 ]
 MAX_KEYS_NAMED = 20
 
@@ -141,12 +142,13 @@ def run_outcomes(data: RunData, target: Target) -> tuple[pd.DataFrame, list[str]
 def _outcome(points: pd.DataFrame | None, target: Target) -> dict[str, Any]:
     """reached, time_to_target_s and epochs_to_target of one run's points (None: no point)."""
     out: dict[str, Any] = {"reached": False, "time_to_target_s": math.nan}
-    out["epochs_to_target"] = math.nan
+    out["epochs_to_target"] = out["reached_at"] = math.nan
     hit = None if points is None else first_met(points, target)
     if hit is None:
         return out
     out["reached"] = True
     out["epochs_to_target"] = float(hit["step"])
+    out["reached_at"] = float(hit["timestamp"])
     start = float(hit["start_time"])
     if math.isfinite(start):
         out["time_to_target_s"] = (float(hit["timestamp"]) - start) / 1000.0
@@ -246,6 +248,12 @@ def add_time_to_target(report: Report, data: RunData, target: Target, used: Base
     report.time_to_target_runs = found.runs
     report.convergence = convergence_series(data, target)
     report.warnings.extend(tagged(found.warnings, TABLE))
+    if report.decision is not None:
+        from itwin_report.report.decision import decide_to_target
+        from itwin_report.report.energy_to_target import to_target
+
+        goal = to_target(found.table, found.runs, data, str(target))
+        report.decision = decide_to_target(report.decision, goal)
 
 
 def _epochs(value: float) -> str:
