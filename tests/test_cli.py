@@ -98,6 +98,7 @@ def test_json_report_schema(store: str) -> None:
         "computation",
         "throughput",
         "time_breakdown",
+        "communication",
         "stragglers",
         "trace_ranks",
         "baseline",

@@ -150,8 +150,8 @@ def test_markdown_csv_json() -> None:
     assert obj == report_to_dict(hand_report())
     assert set(obj) == {
         "tool", "schema_version", "experiment", "tracking_uri", "warmup_epochs", "epoch_time",
-        "gpu", "computation", "throughput", "time_breakdown", "baseline", "warnings",
-        "warning_records", "gate", "stragglers", "trace_ranks", "summary",
+        "gpu", "computation", "throughput", "time_breakdown", "communication", "baseline",
+        "warnings", "warning_records", "gate", "stragglers", "trace_ranks", "summary",
     }  # fmt: skip
     assert obj["gate"] is None and obj["schema_version"] == 4
     assert obj["epoch_time"][1]["std_epoch_time_s"] is None

@@ -388,6 +388,22 @@ MUTANTS = (
         "float(np.nansum(watts)) / total",
         ("tests/test_decision_target.py",),
     ),
+    Mutant(
+        "M45",
+        "bandwidth-bound only at the link fit's full beta, not near it",
+        "itwin_report/report/communication.py",
+        "if bw >= NEAR_BETA * beta:",
+        "if bw >= beta:",
+        ("tests/test_communication.py",),
+    ),
+    Mutant(
+        "M46",
+        "a one-node job's collectives counted as inter-node",
+        "itwin_report/report/communication.py",
+        "if nodes == nodes and nodes > 1 else",
+        "if nodes == nodes and nodes >= 1 else",
+        ("tests/test_communication.py",),
+    ),
 )
 
 

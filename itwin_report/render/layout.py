@@ -112,6 +112,8 @@ def table_block(report: Report, spec: TableSpec) -> Table:
         notes = Notes("Input-bottleneck evidence", evidence_lines(report))
     if spec.name == "time_breakdown" and rows:
         notes = Notes("What bounds each configuration", bound_lines(report))
+    if spec.name == "communication" and rows:
+        notes = Notes("Why communication costs what it does", communication_lines(report))
     if spec.name == "computation" and rows:
         notes = Notes("How computation is measured", computation_lines(report))
     if spec.name in ("epoch_time", "gpu") and rows:
@@ -139,6 +141,16 @@ def evidence_lines(report: Report) -> list[str]:
         name = shown(str(rec["strategy"]))
         lines.append(shown_line(f"{name}-{int(rec['workers'])}: {word} ({rec['evidence']})"))
     return lines
+
+
+def communication_lines(report: Report) -> list[str]:
+    """One line per configuration with traces: its communication verdict and its evidence."""
+    return [
+        shown_line(
+            f"{shown(str(r['strategy']))}-{int(r['workers'])}: {r['verdict']} ({r['evidence']})"
+        )
+        for r in report.communication.to_dict("records")
+    ]
 
 
 def bound_lines(report: Report) -> list[str]:
@@ -336,6 +348,8 @@ def layout(report: Report) -> Layout:
     blocks: list[Block] = [Title(shown(report.experiment), mask_uri(report.tracking_uri))]
     blocks.append(summary_block(report))
     for spec in TABLES:
+        if spec.name == "communication" and report.communication.empty:
+            continue  # printed only with traces
         blocks.append(table_block(report, spec))
         cost = cost_block(report) if spec is GPU else None
         if cost is not None:

@@ -24,6 +24,7 @@ from itwin_report.options import ReportOptions, Target, parse_target
 from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.breakdown import merged_stragglers, time_breakdown, trace_ranks
 from itwin_report.report.common import normalized
+from itwin_report.report.communication import communication_table
 from itwin_report.report.computation import computation_table
 from itwin_report.report.cost import CostFactors, add_costs, config_samples
 from itwin_report.report.decision import Work, decide_costs
@@ -152,6 +153,7 @@ def build_report(
         time_breakdown=breakdown,
         stragglers=slow,
         trace_ranks=ranks,
+        communication=communication_table(traces.ranks if traces else [], nodes),
     )
     if goal is not None:
         add_time_to_target(report, data, goal, used)

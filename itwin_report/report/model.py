@@ -51,6 +51,9 @@ class Report:
     # one row per job and rank with a matched profiler trace (report/breakdown.py's
     # TRACE_RANK_COLUMNS); empty without traces
     trace_ranks: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # per configuration with traces: collectives, bytes and bandwidth per step and why
+    # communication costs what it does (report/communication.py); empty without traces
+    communication: pd.DataFrame = field(default_factory=lambda: _empty("communication"))
     # the quality target (--target) and, per configuration, the time to reach it
     # (report/time_to_target.py); one row per job with its outcome in time_to_target_runs
     target: Target | None = None

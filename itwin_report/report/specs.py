@@ -542,6 +542,113 @@ TIME_BREAKDOWN = TableSpec(
 )
 
 
+def _scaled(factor: float, fmt: str, unit: str) -> Any:
+    """Formatter: ``value x factor`` in ``fmt`` with ``unit`` (bytes as MB, seconds as ms)."""
+    show = number(fmt, unit)
+    return lambda value: show(value if is_missing(value) else float(value) * factor)
+
+
+GBPS = number(".1f", " GB/s")
+
+COMMUNICATION = TableSpec(
+    "communication",
+    "Communication",
+    "No communication table: no configuration has traces with collectives.",
+    (
+        *_key_columns(),
+        Column(
+            "collectives_per_step",
+            "float64",
+            "Collectives/step",
+            number(".1f"),
+            description="Collective kernels per profiled step of one rank (traces).",
+        ),
+        Column(
+            "bytes_per_step",
+            "float64",
+            "Data/step",
+            _scaled(1e-6, ".1f", " MB"),
+            description="Bytes those kernels move per step of one rank: max(in, out) elements "
+            "x the dtype's size, summed (n/a when no kernel gives its size).",
+        ),
+        Column(
+            "exposed_comm_s_per_step",
+            "float64",
+            "Exposed comm/step",
+            _scaled(1e3, ".2f", " ms"),
+            description="Communication with no compute under it, per analysed step of one "
+            "rank (the time breakdown's exposed communication).",
+        ),
+        Column(
+            "exposed_comm_share",
+            "float64",
+            None,
+            number(".4f"),
+            description="Exposed communication / the ranks' device span (0..1).",
+        ),
+        Column(
+            "small_time_share",
+            "float64",
+            "Small msgs",
+            percent_of_fraction,
+            description="Share of the collectives' kernel time in messages under 64 KiB.",
+        ),
+        Column(
+            "busbw_gbps",
+            "float64",
+            "busbw (large)",
+            GBPS,
+            description="Median bus bandwidth of large messages (>= 1 MiB): the median over "
+            "the ranks of each rank's median, nccl-tests' busbw = bytes / time x the "
+            "collective's factor.",
+        ),
+        Column(
+            "busbw_inter_gbps",
+            "float64",
+            "Inter-node",
+            GBPS,
+            optional=True,
+            description="The same for world-group collectives of a job on two nodes or more.",
+        ),
+        Column(
+            "busbw_intra_gbps",
+            "float64",
+            "Intra-node",
+            GBPS,
+            optional=True,
+            description="The same for a job on one node.",
+        ),
+        Column(
+            "link_beta_gbps",
+            "float64",
+            "Link β",
+            GBPS,
+            optional=True,
+            description="Bandwidth of the ranks' link fit, kernel time = α + bus bytes / β "
+            "(the median over the ranks).",
+        ),
+        Column(
+            "verdict",
+            "str",
+            "Verdict",
+            text,
+            right=False,
+            description="hidden behind compute (exposed under 5 % of the device time), "
+            "latency-bound (small messages over half the collectives' time), bandwidth-bound "
+            "(large messages' busbw at 70 % of β or more), or undecided (what is missing).",
+        ),
+        Column(
+            "evidence",
+            "str",
+            None,
+            text,
+            right=False,
+            description="The numbers that decide the verdict, listed under the table.",
+        ),
+    ),
+)
+
+
 @dataclass(frozen=True)
 class _OfRuns(Column):
     """A count shown with the row's runs: ``4 of 5``."""
@@ -618,7 +725,14 @@ TIME_TO_TARGET = TableSpec(
 )
 """Printed after the other tables, only when a target is given (``--target``)."""
 
-TABLES: tuple[TableSpec, ...] = (EPOCH_TIME, GPU, COMPUTATION, THROUGHPUT, TIME_BREAKDOWN)
+TABLES: tuple[TableSpec, ...] = (
+    EPOCH_TIME,
+    GPU,
+    COMPUTATION,
+    THROUGHPUT,
+    TIME_BREAKDOWN,
+    COMMUNICATION,
+)
 """The report's tables, in the order they are printed."""
 
 SPECS: dict[str, TableSpec] = {spec.name: spec for spec in TABLES}
