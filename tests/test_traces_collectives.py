@@ -211,17 +211,85 @@ def test_the_emulators_collectives_carry_the_models_gradient(tmp_path: Path) -> 
     rows = [r for r in result.collectives() if r["rank"] == 0]
     assert len(rows) == 1
     row = rows[0]
-    # the fp32 gradient (grad_mb MB) all-reduced in ceil(grad_mb / bucket) buckets per step,
-    # every step of the trace counted (the window aside)
-    buckets = math.ceil(p.grad_mb / p.ddp_bucket_mb)
+    # by hand, from the parameters: the 102 MB fp32 gradient in DDP's 25 MB buckets (4 full
+    # and 2 MB), then the loss (1 float) and 1,024 metrics: 7 all-reduces per step, every step
+    # of the trace counted (the window aside)
+    assert (p.grad_mb, p.ddp_bucket_mb, p.gpus_per_node) == (102.0, 25.0, 4)
+    assert spec.messages == (
+        *[("allreduce", 6_250_000, 6_250_000)] * 4,
+        ("allreduce", 500_000, 500_000),
+        ("allreduce", 1, 1),
+        ("allreduce", 1024, 1024),
+    )
+    per_step = 102_000_000 + 4 + 4096
     assert row["collective"] == "all_reduce" and row["group_size"] == 8
-    assert row["count"] == buckets * spec.steps
-    assert row["bytes"] == round(p.grad_mb * 1e6) * spec.steps
+    assert row["count"] == 7 * spec.steps
+    assert row["bytes"] == per_step * spec.steps
     assert math.isclose(row["time_s"], spec.comm_us * spec.steps / 1e6, rel_tol=1e-12)
-    algbw = p.grad_mb * 1e6 / (spec.comm_us / 1e6) / 1e9
-    assert math.isclose(row["algbw_gbps"], algbw, rel_tol=1e-9)
-    assert math.isclose(row["busbw_gbps"], algbw * 2 * 7 / 8, rel_tol=1e-9)
+    # 8 GPUs on two nodes: the inter-node link, 200 Gb/s = 25 GB/s and 12 µs per ring step;
+    # each kernel 2*7*12 + 30 (DDP's launch) = 198 µs + bus bytes (x 2*7/8) / 25 GB/s, the
+    # rest of the step's communication time (the model's spin) spread evenly over the 7
+    link_us = [198 + round(1.75 * 4 * e / 25e9 * 1e6) for _, e, _ in spec.messages]
+    assert link_us == [1948] * 4 + [338, 198, 198]
+    left = spec.comm_us - sum(link_us)
+    waits = [b - a for a, b in zip(link_us, spec.kernel_us, strict=True)]
+    assert sum(waits) == left and max(waits) - min(waits) <= 1
     assert not [w for w in result.warnings if w.kind == "unsized"]
+    # large (>= 1 MiB) and small apart; every large kernel's busbw by hand: the median is a
+    # full bucket's, 43.75 MB over its kernel time
+    sizes = {r["size_class"]: r for r in result.collective_sizes() if r["rank"] == 0}
+    assert set(sizes) == {"large", "small"}
+    assert (sizes["large"]["count"], sizes["small"]["count"]) == (5 * spec.steps, 2 * spec.steps)
+    bucket = 43.75e6 / (spec.kernel_us[0] * 1e-6) / 1e9
+    assert math.isclose(sizes["large"]["busbw_median_gbps"], bucket, rel_tol=1e-9)
+    truth = tracing.communication_truth(p, "torch-ddp", 8)
+    assert truth["collectives_per_step"] == 7 and truth["bytes_per_step"] == per_step
+    assert (truth["link"], truth["link_beta_gbps"], truth["link_alpha_s"]) == ("inter", 25.0, 12e-6)
+    assert math.isclose(truth["busbw_gbps"], bucket, rel_tol=1e-9)
+    assert math.isclose(truth["kernel_alpha_s"], 198e-6, rel_tol=1e-12)
+    # the link fit finds the link's bandwidth, and the fixed time with the spin's share
+    fit = result.ranks[0].link_fit
+    assert fit is not None
+    assert math.isclose(fit["beta_gbps"], 25.0, rel_tol=0.005)
+    assert abs(fit["alpha_s"] - (198 + left / 7) * 1e-6) < 2e-6
+    assert abs(fit["alpha_s"] - truth["fit_alpha_s"]) < 2e-6
+
+
+@pytest.mark.parametrize(
+    ("strategy", "workers", "link", "beta", "count"),
+    [
+        ("torch-ddp", 4, "intra", 150.0, 7),
+        ("horovod", 16, "inter", 25.0, 4),
+        ("deepspeed", 8, "inter", 25.0, 4),
+    ],
+)
+def test_the_emulators_truth_is_what_its_traces_give(
+    tmp_path: Path, strategy: str, workers: int, link: str, beta: float, count: int
+) -> None:
+    p = ModelParams()
+    truth = tracing.communication_truth(p, strategy, workers)
+    # one node: NVLink-like, 150 GB/s; more: the network, 200 Gb/s. Horovod's 102 MB in 64 MB
+    # fusion buffers (2) and DeepSpeed's reduce-scatter and all-gather, each with 2 small
+    assert (truth["link"], truth["link_beta_gbps"], truth["collectives_per_step"]) == (
+        link,
+        beta,
+        count,
+    )
+    specs = tracing.rank_specs(p, strategy, workers)
+    kineto.write(specs[0], tmp_path)
+    result = analyze_traces([tmp_path])
+    rows = result.collectives()
+    steps = specs[0].steps
+    assert sum(r["count"] for r in rows) == count * steps
+    assert sum(r["bytes"] for r in rows) == truth["bytes_per_step"] * steps
+    large = [r for r in result.collective_sizes() if r["size_class"] == "large"]
+    medians = sorted(r["busbw_median_gbps"] for r in large)
+    # every rank's kernels alike (no straggler): the truth's median is among the trace's
+    assert any(math.isclose(m, truth["busbw_gbps"], rel_tol=1e-9) for m in medians)
+    fit = result.ranks[0].link_fit
+    assert fit is not None
+    assert math.isclose(fit["beta_gbps"], beta, rel_tol=0.01)
+    assert abs(fit["alpha_s"] - truth["fit_alpha_s"]) < 2e-6
 
 
 def test_the_emulators_deepspeed_step_is_a_reduce_scatter_then_an_all_gather() -> None:

@@ -404,6 +404,14 @@ MUTANTS = (
         "if nodes == nodes and nodes >= 1 else",
         ("tests/test_communication.py",),
     ),
+    Mutant(
+        "M47",
+        "the emulator's all-reduce kernels timed for (n-1)/n of their bytes, not 2(n-1)/n",
+        "itwin_report/emulator/tracing.py",
+        'return 2 * (n - 1) / n if collective == "allreduce" else (n - 1) / n',
+        'return (n - 1) / n if collective == "allreduce" else (n - 1) / n',
+        ("tests/test_traces_collectives.py",),
+    ),
 )
 
 

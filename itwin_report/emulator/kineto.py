@@ -59,6 +59,10 @@ class RankSpec:
     # evenly, the rest on the last), each (collective, input elements, output elements) of
     # fp32 ``Float``, as PyTorch 2.x describes them in the kernel's args
     messages: tuple[tuple[str, int, int], ...] = (("allreduce", BUCKET_ELEMS, BUCKET_ELEMS),)
+    # each collective kernel's duration (whole µs, summing to comm_us), as the link's time for
+    # its message (:func:`~itwin_report.emulator.tracing.kernel_durations`); empty: comm_us
+    # split evenly
+    kernel_us: tuple[float, ...] = ()
 
     def scaled(self, compute: float) -> RankSpec:
         """This rank with its compute slowed by ``compute`` (1.2: 20 % slower); the others'
@@ -172,17 +176,25 @@ def step_events(spec: RankSpec, step: int) -> list[dict[str, Any]]:
     return out
 
 
-def _collectives(spec: RankSpec, start: float) -> list[tuple[Any, ...]]:
-    """The step's collective kernels from ``start``, back to back over ``comm_us`` (none with
-    one worker), all launched with the first (launch time, then the args of PyTorch 2.x)."""
+def durations(spec: RankSpec) -> list[float]:
+    """The step's collective kernels' durations (µs), summing to ``comm_us``: ``kernel_us``
+    when given, else ``comm_us`` split evenly (its whole µs; the rest on the last)."""
+    if spec.kernel_us:
+        return list(spec.kernel_us)
     count = min(len(spec.messages), int(spec.comm_us))
     if count <= 0:
         return []
     each = float(int(spec.comm_us) // count)
+    return [each] * (count - 1) + [spec.comm_us - each * (count - 1)]
+
+
+def _collectives(spec: RankSpec, start: float) -> list[tuple[Any, ...]]:
+    """The step's collective kernels from ``start``, back to back over ``comm_us`` (none with
+    one worker), all launched with the first (launch time, then the args of PyTorch 2.x)."""
     ranks = str(list(range(spec.world_size)))
     out: list[tuple[Any, ...]] = []
-    for i, (collective, elems_in, elems_out) in enumerate(spec.messages[:count]):
-        dur = each if i < count - 1 else spec.comm_us - each * (count - 1)
+    at = start
+    for dur, (collective, elems_in, elems_out) in zip(durations(spec), spec.messages, strict=False):
         said = {
             "Collective name": collective,
             "In msg nelems": elems_in,
@@ -192,7 +204,8 @@ def _collectives(spec: RankSpec, start: float) -> list[tuple[Any, ...]]:
             "Process Group Ranks": ranks,
         }
         name = KERNEL_NAMES.get(collective, KERNEL_NAMES["allreduce"])
-        out.append(("kernel", name, start + i * each, dur, COMM_STREAM, start, said))
+        out.append(("kernel", name, at, dur, COMM_STREAM, start, said))
+        at += dur
     return out
 
 

@@ -30,6 +30,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from itwin_report.emulator import kineto, model, profile
 from itwin_report.emulator.kineto import BASE_US, COMPUTE_KERNELS, RankSpec
 from itwin_report.emulator.params import ModelParams
@@ -64,9 +66,12 @@ def rank_specs(p: ModelParams, strategy: str, workers: int) -> list[RankSpec]:
     wait = slow_compute - compute
     busy = copy + slow_compute + comm - hidden
     step = max(_us(st.time + left_out), busy)
+    large = messages(p, strategy, workers, st.collectives)
     out = []
     for rank in range(workers):
         mine = rank in slow
+        comm_us = float(comm + spin + (0 if mine or not comm else wait))
+        sent, kernel_us = kernel_durations(p, strategy, workers, comm_us, large)
         out.append(
             RankSpec(
                 rank=rank,
@@ -75,28 +80,87 @@ def rank_specs(p: ModelParams, strategy: str, workers: int) -> list[RankSpec]:
                 step_us=float(step),
                 copy_us=float(copy),
                 compute_us=float(slow_compute if mine else compute),
-                comm_us=float(comm + spin + (0 if mine or not comm else wait)),
+                comm_us=comm_us,
                 overlap_us=float(hidden + spin if comm else 0),
                 hostname=f"node{rank // p.gpus_per_node:04d}",
-                messages=messages(p, strategy, workers, st.collectives),
+                messages=sent,
+                kernel_us=kernel_us,
             )
         )
     return out
 
 
+# the step's small, latency-bound collectives after the gradient's (fp32 elements): the loss
+# and a few metrics all-reduced, as a training loop logs them
+SMALL_MESSAGES = (("allreduce", 1, 1), ("allreduce", 1024, 1024))
+
+
+def bus_factor(collective: str, n: int) -> float:
+    """The share of a message each link carries (nccl-tests' factor): a ring all-reduce
+    2(n-1)/n, a reduce-scatter or all-gather (n-1)/n."""
+    return 2 * (n - 1) / n if collective == "allreduce" else (n - 1) / n
+
+
+def kernel_alpha_s(p: ModelParams, strategy: str, workers: int) -> float:
+    """The fixed time of each of the step's collective kernels, as the model counts it: a ring
+    all-reduce's 2(n-1) latencies of the link (and DDP's launch per bucket); a reduce-scatter's
+    or all-gather's n-1 (DeepSpeed's step is one of each)."""
+    _, alpha = model.link(p, workers)
+    steps = workers - 1 if strategy == "deepspeed" else 2 * (workers - 1)
+    launch = p.ddp_launch_us * 1e-6 if strategy == "torch-ddp" else 0.0
+    return steps * alpha + launch
+
+
+def kernel_durations(
+    p: ModelParams,
+    strategy: str,
+    workers: int,
+    comm_us: float,
+    large: tuple[tuple[str, int, int], ...],
+) -> tuple[tuple[tuple[str, int, int], ...], tuple[float, ...]]:
+    """The step's messages (``large``, then as many of :data:`SMALL_MESSAGES` as fit) and
+    each kernel's duration in whole µs: alpha + bus bytes / beta of the link the job uses
+    (:func:`~itwin_report.emulator.model.link`), alpha the kernel's fixed time
+    (:func:`kernel_alpha_s`), summing to the model's time for the gradient; what ``comm_us``
+    holds beyond (the spin and the wait for peers, which the model counts apart) is spread
+    evenly over the kernels, the rest of its µs on the first ones."""
+    if not large or comm_us <= 0:
+        return large, ()
+    bandwidth, _ = model.link(p, workers)
+    alpha_us = kernel_alpha_s(p, strategy, workers) * 1e6
+
+    def link_us(collective: str, elems_in: int, elems_out: int) -> int:
+        size = 4 * max(elems_in, elems_out)
+        return round(alpha_us + bus_factor(collective, workers) * size / bandwidth * 1e6)
+
+    sent, base = list(large), [link_us(*m) for m in large]
+    for small in SMALL_MESSAGES:
+        if sum(base) + link_us(*small) <= comm_us:
+            sent.append(small)
+            base.append(link_us(*small))
+    left = int(comm_us) - sum(base)
+    if left < 0:  # rounding: the model's time for the gradient is longer than comm_us
+        base[-1] += left
+        left = 0
+    each, rest = divmod(left, len(base))
+    return tuple(sent), tuple(float(b + each + (i < rest)) for i, b in enumerate(base))
+
+
 def messages(
     p: ModelParams, strategy: str, workers: int, calls: int
 ) -> tuple[tuple[str, int, int], ...]:
-    """The step's collectives (collective, input and output fp32 elements): the gradient
-    split evenly into ``calls`` all-reduce buckets (the rest in the last), or DeepSpeed's
-    reduce-scatter of it then all-gather back (none with one worker)."""
+    """The step's gradient collectives (collective, input and output fp32 elements): the
+    gradient all-reduced in ``calls`` buckets of DDP's ``ddp_bucket_mb`` (Horovod's
+    ``hvd_fusion_mb``), the rest in the last, or DeepSpeed's reduce-scatter of it then
+    all-gather back (none with one worker)."""
     elems = round(p.grad_mb * 1e6 / 4)
     if workers <= 1 or calls <= 0:
         return ()
     if strategy == "deepspeed":
         shard = elems // workers
         return (("reduce_scatter", shard * workers, shard), ("allgather", shard, shard * workers))
-    each = elems // calls
+    bucket_mb = p.hvd_fusion_mb if strategy == "horovod" else p.ddp_bucket_mb
+    each = min(elems, round(bucket_mb * 1e6 / 4))
     sizes = [each] * (calls - 1) + [elems - each * (calls - 1)]
     return tuple(("allreduce", n, n) for n in sizes)
 
@@ -137,6 +201,43 @@ def write_job(folder: Path, specs: list[RankSpec], gz: bool) -> list[Path]:
             name = folder / f"worker_{spec.rank}.{stamp(spec)}.pt.trace.json{'.gz' if gz else ''}"
             raise ReportError(f"cannot write trace {name}: {exc.strerror or exc}") from None
     return out
+
+
+def communication_truth(p: ModelParams, strategy: str, workers: int) -> dict[str, Any]:
+    """What the traces of ``strategy`` on ``workers`` GPUs say of its collectives, by plain
+    arithmetic on the kernels written: per step, the collectives and their bytes (max(in, out)
+    fp32 elements × 4); ``busbw_gbps``, the median over every rank's kernels of 1 MiB or more
+    of bus bytes / duration (None without one); the link (``intra`` or ``inter`` node, its
+    latency per ring step and bus bandwidth); and the fixed time of each kernel of rank 0
+    (``kernel_alpha_s``, the link's part) and with its share of the wait for peers
+    (``fit_alpha_s``: what a fit of time = alpha + bus bytes / beta over rank 0's kernels
+    finds, with ``link_beta_gbps`` as beta)."""
+    specs = rank_specs(p, strategy, workers)
+    first = specs[0]
+    busbw = [
+        bus_factor(c, workers) * 4 * max(i, o) / (d * 1e-6) / 1e9
+        for s in specs
+        for (c, i, o), d in zip(s.messages, s.kernel_us, strict=True)
+        if 4 * max(i, o) >= 1 << 20
+    ]
+    bandwidth, alpha = model.link(p, workers)
+    one_node = model.nodes(workers, p.gpus_per_node) == 1
+    fixed = kernel_alpha_s(p, strategy, workers)
+    wait_us = [
+        d - round(fixed * 1e6 + bus_factor(c, workers) * 4 * max(i, o) / bandwidth * 1e6)
+        for (c, i, o), d in zip(first.messages, first.kernel_us, strict=True)
+    ]
+    traced = bool(first.kernel_us)
+    return {
+        "collectives_per_step": len(first.kernel_us),
+        "bytes_per_step": sum(4 * max(i, o) for _, i, o in first.messages) if traced else 0,
+        "busbw_gbps": float(np.median(busbw)) if busbw else None,
+        "link": ("intra" if one_node else "inter") if traced else None,
+        "link_alpha_s": alpha if traced else None,
+        "link_beta_gbps": bandwidth / 1e9 if traced else None,
+        "kernel_alpha_s": fixed if traced else None,
+        "fit_alpha_s": fixed + float(np.mean(wait_us)) * 1e-6 if traced else None,
+    }
 
 
 def rank_truth(specs: list[RankSpec]) -> list[dict[str, Any]]:

@@ -50,6 +50,7 @@ def configuration(
         "gpus_per_node": p.gpus_per_node,
         "nodes": model.nodes(workers, p.gpus_per_node),
         "time_breakdown": bounds.breakdown(p, strategy, workers),
+        "communication": tracing.communication_truth(p, strategy, workers),
         **convergence.truth(p, workers, times),
     }
 
