@@ -281,7 +281,12 @@ def test_command_target_errors(analysis_store: tuple[str, Path]) -> None:
     base = str(_saved(uri, root))
     bad = _invoke("compare", base, base, "--target", "val_accuracy")
     assert bad.exit_code == EXIT_USAGE and "has no bound" in bad.stderr
-    other = _invoke("compare", base, "reseeded", "--tracking-uri", uri, "-q", "--target", TARGET)
+    # refused before the store is read: a store that does not exist is never opened
+    other = _invoke(
+        "compare", base, "reseeded", "--tracking-uri", f"sqlite:///{root / 'none.db'}", "-q",
+        "--target", TARGET,
+    )  # fmt: skip
+    assert not (root / "none.db").exists()
     assert other.exit_code == 1
     assert other.stderr.count("\n") == 1 and "is for val_accuracy>=0.62, not --target" in (
         other.stderr

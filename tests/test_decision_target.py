@@ -136,3 +136,17 @@ def test_text_and_plot_show_the_target_front(target_store: str) -> None:
     import matplotlib.pyplot as plt
 
     plt.close(fig)
+
+
+def test_power_samples_cover_the_target_within_one_interval() -> None:
+    """Samples at 0..9 s, one a second: a target met at 9.5 s is covered (the last sample
+    stands for 9..10 s) and the 10 samples up to it are the whole energy; at 10.5 s it is not."""
+    from test_report_builders import make_data, metric, run
+
+    from itwin_report.report.energy_to_target import power_shares
+
+    data = make_data([run("r0", "J", "ddp", 1)], metric("r0", "gpu_power_W", [50.0] * 10))
+    shares = power_shares(data, set(), {"J": 9_500.0})
+    assert shares == {"J": 1.0}
+    assert power_shares(data, set(), {"J": 4_000.0}) == {"J": pytest.approx(5 / 10)}
+    assert power_shares(data, set(), {"J": 10_500.0}) == {}

@@ -633,15 +633,7 @@ def target_notes(
     sides = (baseline, current)
     if target is not None:
         for side in sides:
-            if side.target is None:
-                raise DataError(
-                    f"{side.name} has no time to target (built without a target): generate it "
-                    f"with --target {target} to compare times to target"
-                )
-            if side.target != target:
-                raise DataError(
-                    f"{side.name}'s time to target is for {side.target}, not --target {target}"
-                )
+            check_target(side, target)
         return []
     targets = [side.target for side in sides]
     if None not in targets and targets[0] != targets[1]:
@@ -656,6 +648,17 @@ def target_notes(
             f"the other side's is for {baseline.target or current.target}"
         ]
     return []
+
+
+def check_target(side: Side, target: Target) -> None:
+    """DataError unless ``side``'s time to target is for ``target`` (``--target``)."""
+    if side.target is None:
+        raise DataError(
+            f"{side.name} has no time to target (built without a target): generate it "
+            f"with --target {target} to compare times to target"
+        )
+    if side.target != target:
+        raise DataError(f"{side.name}'s time to target is for {side.target}, not --target {target}")
 
 
 def unreached(baseline: Side, current: Side) -> list[Unreached]:

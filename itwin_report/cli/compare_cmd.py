@@ -172,7 +172,12 @@ def compare_command(
       itwin-report compare base.json current.json --metrics epoch-time,throughput
     """
     from itwin_report import store
-    from itwin_report.analysis.comparison import compare_sides, gate_error, pick_metrics
+    from itwin_report.analysis.comparison import (
+        check_target,
+        compare_sides,
+        gate_error,
+        pick_metrics,
+    )
     from itwin_report.cli.group import Failure
     from itwin_report.cli.output import emit
     from itwin_report.render.comparison import render_comparison
@@ -191,6 +196,9 @@ def compare_command(
     settings = cache_settings(cache, cache_dir, cache_size)
     end = time.monotonic() + HttpLimits(timeout=timeout).seconds  # one deadline for both sides
     saved = [_file_side(baseline), _file_side(current)]
+    if target is not None and "time_to_target" in picked:  # before a store is read
+        for side in (s for s in saved if s is not None):
+            check_target(side, target)
     goal = target if target is not None else _saved_target(saved)
     base, cur = (
         side or _store_side(name, tracking_uri, warmup_epochs, quiet, end, settings, goal)

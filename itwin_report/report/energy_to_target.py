@@ -4,7 +4,8 @@ Per run (job) that reached the target, at the timestamp ``T`` of its first point
 (:mod:`itwin_report.report.time_to_target`):
 
 * **power samples**, when the job's ``gpu_power_W`` samples cover the span up to ``T`` (one at
-  or before ``T`` and one at or after it): the job's energy as the GPU table measures it (all
+  or before ``T``, and the last no more than one probing interval before it: each sample stands
+  for one interval): the job's energy as the GPU table measures it (all
   its GPUs, ``scaled_wh``) times the share of its power samples' sum logged at or before ``T``.
   The samples stand for equal probing intervals, so that share is the share of the energy spent
   by ``T``; for energy measured from power samples the product is exactly their integral up to
@@ -50,18 +51,23 @@ CONFIG_COLUMNS = [
 
 def power_shares(data: RunData, skip: set[str], reached_at: dict[str, float]) -> dict[str, float]:
     """Per job whose ``gpu_power_W`` samples (of runs not in ``skip``) cover its target's
-    timestamp ``reached_at[job]`` (ms): the share of their sum logged at or before it."""
+    timestamp ``reached_at[job]`` (ms; the last sample no more than one probing interval before
+    it): the share of their sum logged at or before it."""
     mine = (data.metrics["key"] == GPU_POWER).to_numpy(dtype=bool)
     power = as_text(data.metrics.loc[mine, ["run_id", "value", "timestamp"]])
     power = power[~power["run_id"].isin(skip)]
-    power = power.merge(as_text(data.runs[["run_id", "job_id"]]), on="run_id", how="inner")
+    runs = as_text(data.runs[["run_id", "job_id", "probing_interval"]])
+    power = power.merge(runs, on="run_id", how="inner")
     out = {}
     for job, group in power.groupby("job_id", sort=True):
         at = reached_at.get(str(job), math.nan)
         stamps = group["timestamp"].to_numpy(dtype=float)
         watts = group["value"].to_numpy(dtype=float)
         total = float(np.nansum(watts))
-        if not (math.isfinite(at) and stamps.min() <= at <= stamps.max() and total > 0):
+        interval = float(np.nan_to_num(group["probing_interval"].max())) * 1000.0
+        if not (math.isfinite(at) and stamps.min() <= at <= stamps.max() + interval):
+            continue
+        if not total > 0:
             continue
         out[str(job)] = float(np.nansum(watts[stamps <= at])) / total
     return out
