@@ -168,6 +168,10 @@ def test_targets_must_agree() -> None:
     assert caught.value.exit_code == EXIT_USAGE
     same = _compare(base, base, target=Target("val_accuracy", ">=", 0.76))
     assert len(same.table) == 1
+    silent = _compare(_doc({}), base, metrics=None)
+    assert "b.json: no time to target for val_accuracy>=0.76: no run logged val_accuracy" in (
+        silent.all_warnings
+    )
     with pytest.raises(DataError, match="malformed JSON report"):
         side_from_dict(_doc({}, target={"metric": "x", "op": ">", "value": 1}), "b.json")
 

@@ -388,6 +388,10 @@ def side_from_dict(report: object, name: str) -> Side:
         if not math.isnan(value):
             side.runs.setdefault(key, []).append(value)
     side.warnings = reader.warning()
+    if side.target is not None and not rows["time_to_target"]:
+        side.warnings.append(
+            f"{name}: no time to target for {side.target}: no run logged {side.target.metric}"
+        )
     return side
 
 
