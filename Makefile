@@ -44,7 +44,7 @@ help:
 	@echo "make test-hta         analyze-traces against Holistic Trace Analysis 0.5.0 (in .venv-hta)"
 	@echo "make gloo-traces      rewrite the real gloo traces of tests/fixtures/traces/gloo (torch in .venv-torch)"
 	@echo "make lint             ruff (lint + format check) and mypy"
-	@echo "make mutants          plant 46 realistic bugs one at a time; the suite must catch every one"
+	@echo "make mutants          plant 48 realistic bugs one at a time; the suite must catch every one"
 	@echo "make bench            speed benchmarks: every ratio, printed and written under bench/out/"
 	@echo "make clean-demo       remove the demo store, truth file, plots and page"
 

@@ -105,6 +105,7 @@ def test_json_report_schema(store: str) -> None:
         "warnings",
         *("scaling", "scaling_note", "runs", "fastest", "scaling_models", "karp_flatt"),
         *("model_summary", "predictions", "prediction_notes", "node_steps"),
+        "communication_model",
         *("cost_factors", "pareto", "pareto_gpu_hours", "recommendation", "summary"),
     }
     assert doc["experiment"] == "cli" and doc["warmup_epochs"] == 1

@@ -412,6 +412,14 @@ MUTANTS = (
         'return (n - 1) / n if collective == "allreduce" else (n - 1) / n',
         ("tests/test_traces_collectives.py",),
     ),
+    Mutant(
+        "M48",
+        "the ring all-reduce's volume counted once, not twice (reduce-scatter and all-gather)",
+        "itwin_report/analysis/comm_model.py",
+        "volume = 2 * (n - 1) / n * self.gradient_bytes",
+        "volume = (n - 1) / n * self.gradient_bytes",
+        ("tests/test_comm_model.py",),
+    ),
 )
 
 

@@ -68,7 +68,71 @@ def json_fields(report: Report) -> dict[str, Any]:
         "prediction_notes": [mask_text(line) for line in a.prediction_notes],
         "efficiency_note": mask_text(a.efficiency_note),
         "node_steps": [_node_step(step) for step in getattr(a, "node_steps", [])],
+        "communication_model": [
+            _comm_model(m, _targets(report)) for m in getattr(a, "comm_models", [])
+        ],
     }
+
+
+def _targets(report: Report) -> list[int]:
+    """The worker counts predictions were asked for."""
+    a = report.analysis
+    if a is None or a.predictions.empty:
+        return []
+    return sorted({int(w) for w in a.predictions["workers"]})
+
+
+def _comm_model(m: Any, targets: list[int]) -> dict[str, Any]:
+    """A communication model as JSON: its inputs, the crossing and the asked worker counts."""
+    n, low, high = m.crossing()
+    return {
+        "strategy": mask_text(m.strategy),
+        "base_workers": m.base_workers,
+        "inter_node": m.inter_node,
+        "gradient_bytes_per_step": _plain(m.gradient_bytes),
+        "collectives_per_step": _plain(m.collectives),
+        "compute_s_per_step": _plain(m.compute_s),
+        "alpha_s": _plain(m.link.alpha_s),
+        "beta_gbps": _plain(m.link.beta_gbps),
+        "link": "fit" if m.link.fitted else "busbw",
+        "crossing_workers": _plain(n),
+        "crossing_ci": None if low != low or high != high else [low, high],
+        "predictions": [
+            {"workers": w, "compute_s_per_step": m.compute_at(w), "comm_s_per_step": m.comm_s(w)}
+            for w in targets
+        ],
+        "text": mask_text(comm_sentence(m)),
+    }
+
+
+def comm_sentence(m: Any) -> str:
+    """Why a strategy stops scaling, in one sentence, with the numbers that say it."""
+    link = m.link
+    where = "inter-node" if m.inter_node else "intra-node"
+    said = f"β {link.beta_gbps:.1f} GB/s, α {1e6 * link.alpha_s:.1f} µs"
+    if not link.fitted:
+        said = f"β = its large messages' busbw {link.beta_gbps:.1f} GB/s, latency not fitted"
+    n, low, high = m.crossing()
+    if n != n:
+        end = "they do not cross below 10 million GPUs"
+    else:
+        ci = (
+            "no 95 % interval: it needs a link fit and two runs or more"
+            if low != low or high != high
+            else f"95 % interval {low:.0f}–{high:.0f}"
+        )
+        end = f"they cross at {n:.0f} GPUs ({ci}): beyond it a step is bound by communication"
+    trend = (
+        "shrinks as 1/n (the global batch is fixed)"
+        if m.fixed_global_batch
+        else "stays the same (the batch per worker is fixed)"
+    )
+    return (
+        f"{m.strategy}: from {m.base_workers} GPUs ({where} link, {said}), compute per step "
+        f"{1e3 * m.compute_s:.2f} ms {trend} while the ring all-reduce of "
+        f"{m.gradient_bytes / 1e6:.1f} MB per step takes {1e3 * m.comm_s(m.base_workers):.2f} ms "
+        f"and grows with n; {end}."
+    )
 
 
 def _node_step(step: Any) -> dict[str, Any]:
@@ -175,7 +239,8 @@ def sentences(report: Report) -> list[str]:
     ]
     gap = [a.efficiency_note] if a.efficiency_note else []
     steps = [step.sentence for step in getattr(a, "node_steps", [])]
-    return [a.scaling_note, *a.fastest, *a.model_lines, *steps, *notes, *gap]
+    comm = [comm_sentence(m) for m in getattr(a, "comm_models", [])]
+    return [a.scaling_note, *a.fastest, *a.model_lines, *steps, *comm, *notes, *gap]
 
 
 TableParts = tuple[str, str, list[str], list[list[str]], list[bool], str]
@@ -231,6 +296,21 @@ def karp_flatt_rows(report: Report) -> tuple[list[str], list[list[str]]]:
     return headers, rows
 
 
+def comm_model_rows(report: Report) -> tuple[list[str], list[list[str]]]:
+    """(headers, rows): per strategy with a communication model, at each predicted count."""
+    headers = ["Strategy", "Workers", "Compute/step", "Comm/step", "Bound by"]
+    rows = []
+    a = report.analysis
+    for m in getattr(a, "comm_models", []) if a is not None else []:
+        for w in _targets(report):
+            compute, comm = m.compute_at(w), m.comm_s(w)
+            bound = "communication" if comm >= compute else "computation"
+            rows.append(
+                [m.strategy, str(w), f"{1e3 * compute:.2f} ms", f"{1e3 * comm:.2f} ms", bound]
+            )
+    return headers, rows
+
+
 def _pct(value: Any) -> str:
     return "n/a" if value is None else f"{float(value) * 100:.1f} %"
 
@@ -243,6 +323,7 @@ def analysis_tables(report: Report) -> list[TableParts]:
         ("scaling_models", "Scaling models", model_rows(report)),
         ("karp_flatt", "Karp–Flatt serial fraction", karp_flatt_rows(report)),
         ("predictions", "Predictions", prediction_rows(report)),
+        ("communication_model", "Compute and communication per step", comm_model_rows(report)),
     )
     for name, heading, (headers, rows) in parts:
         if rows:
@@ -251,5 +332,7 @@ def analysis_tables(report: Report) -> list[TableParts]:
                 right[1] = right[-1] = False
             if name == "predictions":
                 right[2] = right[-2] = right[-1] = False
+            if name == "communication_model":
+                right[-1] = False
             out.append((name, heading, headers, rows, right, ""))
     return out

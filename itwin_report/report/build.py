@@ -24,7 +24,7 @@ from itwin_report.options import ReportOptions, Target, parse_target
 from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.breakdown import merged_stragglers, time_breakdown, trace_ranks
 from itwin_report.report.common import normalized
-from itwin_report.report.communication import communication_table
+from itwin_report.report.communication import comm_models, communication_table
 from itwin_report.report.computation import computation_table
 from itwin_report.report.cost import CostFactors, add_costs, config_samples
 from itwin_report.report.decision import Work, decide_costs
@@ -113,6 +113,9 @@ def build_report(
     analysis.efficiency_note = efficiency_gap(epoch, thr)
     nodes = config_nodes(data.runs, costs.gpus_per_node)
     analysis.node_steps = node_steps(run_groups(runs), nodes, mode)
+    comm = communication_table(traces.ranks if traces else [], nodes)
+    if mode == "strong":
+        analysis.comm_models = comm_models(traces.ranks if traces else [], comm, _fixed(data))
     slow = merged_stragglers(metric_stragglers(data), traces.stragglers if traces else [])
     w_time: list[str] = []
     breakdown = time_breakdown(data, thr, ranks, slow, w_time)
@@ -153,7 +156,7 @@ def build_report(
         time_breakdown=breakdown,
         stragglers=slow,
         trace_ranks=ranks,
-        communication=communication_table(traces.ranks if traces else [], nodes),
+        communication=comm,
     )
     if goal is not None:
         add_time_to_target(report, data, goal, used)
@@ -170,6 +173,18 @@ def _add_nodes(report: Report, nodes: dict[tuple[str, int], float]) -> None:
     """Every per-configuration table of ``report`` with its ``nodes`` column filled."""
     for name in NODE_TABLES:
         setattr(report, name, with_nodes(getattr(report, name), nodes))
+
+
+def _fixed(data: RunData) -> frozenset[str]:
+    """The strategies whose ``global_batch_size`` param is the same at every worker count."""
+    jobs = data.runs.drop_duplicates("job_id")
+    return frozenset(
+        str(s)
+        for s, group in jobs.groupby("strategy")
+        if group["global_batch_size"].notna().all()
+        and group["workers"].nunique() > 1
+        and constant(group["global_batch_size"].to_numpy(dtype=float))
+    )
 
 
 def _samples(data: RunData) -> dict[str, float]:

@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from itwin_report.analysis.comm_model import CommModel, Link
+from itwin_report.analysis.intervals import mean_interval
 from itwin_report.report.common import finish
 from itwin_report.report.specs import COMMUNICATION
 
@@ -61,6 +64,7 @@ def _row(key: Config, ranks: list[dict[str, Any]], nodes: float) -> dict[str, An
     out = {
         "strategy": key[0],
         "workers": key[1],
+        "nodes": nodes,
         "runs": len({str(r["job_id"]) for r in ranks}),
         "collectives_per_step": _per(sum(int(c["count"]) for c in classes), steps),
         "bytes_per_step": _per(sum(float(c["bytes"]) for c in sized), steps) if sized else None,
@@ -133,3 +137,80 @@ def _num(value: Any) -> float:
 
 def _missing(value: Any) -> bool:
     return value is None or value != value
+
+
+GRADIENT_COLLECTIVES = ("all_reduce", "all_gather")  # each moves the whole gradient once
+
+
+def comm_models(
+    ranks: list[dict[str, Any]], table: pd.DataFrame, global_batch: frozenset[str] = frozenset()
+) -> list[CommModel]:
+    """Per strategy with traces: its communication model (:mod:`itwin_report.analysis.
+    comm_model`) from its largest traced configuration whose collectives give their sizes;
+    ``global_batch``: the strategies whose global batch is the same at every worker count."""
+    out = []
+    rows = table.dropna(subset=["bytes_per_step"]) if not table.empty else table
+    for strategy, group in rows.groupby("strategy", sort=True) if not rows.empty else []:
+        base = group.sort_values("workers").iloc[-1]
+        n0 = int(base["workers"])
+        mine = [r for r in ranks if (str(r["strategy"]), int(r["workers"])) == (strategy, n0)]
+        model = _model(str(strategy), n0, mine, base)
+        if model is not None:
+            out.append(replace(model, fixed_global_batch=str(strategy) in global_batch))
+    return out
+
+
+def _model(strategy: str, n0: int, ranks: list[dict[str, Any]], row: pd.Series) -> CommModel | None:
+    steps = sum(profiled_steps(int(r["steps"])) for r in ranks)
+    moved = [
+        c
+        for r in ranks
+        for c in r.get("size_classes") or []
+        if c["collective"] in GRADIENT_COLLECTIVES and c.get("bytes") is not None
+    ]
+    gradient = _per(sum(float(c["bytes"]) for c in moved), steps)
+    jobs: dict[str, list[float]] = {}
+    for r in ranks:
+        jobs.setdefault(str(r["job_id"]), []).append(_num(r.get("compute_per_step_s")))
+    compute, low, high = mean_interval([float(np.nanmean(v)) for v in jobs.values()])
+    link = _link(n0, ranks, row)
+    if not gradient > 0 or not compute > 0 or link is None or n0 < 2:
+        return None
+    return CommModel(
+        strategy=strategy,
+        base_workers=n0,
+        gradient_bytes=gradient,
+        collectives=_per(sum(int(c["count"]) for c in moved), steps),
+        compute_s=compute,
+        compute_ci=(low, high),
+        link=link,
+        inter_node=bool(row["nodes"] > 1),
+    )
+
+
+def _link(n0: int, ranks: list[dict[str, Any]], row: pd.Series) -> Link | None:
+    """The median of the ranks' link fits and of their bounds; else the large messages' busbw
+    (inter-node where placed) with no latency."""
+    fits = [f for r in ranks for f in r.get("link_fits") or []]
+    if fits:
+
+        def med(key: str, i: int | None = None) -> float:
+            values = [f[key] if i is None else f[key][i] for f in fits]
+            known = [float(v) for v in values if v is not None]
+            return float(np.median(known)) if known else math.nan
+
+        return Link(
+            n0,
+            med("alpha_s"),
+            med("beta_gbps"),
+            (med("alpha_ci", 0), med("alpha_ci", 1)),
+            (med("beta_ci", 0), med("beta_ci", 1)),
+        )
+    busbw = (
+        row["busbw_inter_gbps"]
+        if row["busbw_inter_gbps"] == row["busbw_inter_gbps"]
+        else row["busbw_gbps"]
+    )
+    if not busbw > 0:
+        return None
+    return Link(n0, 0.0, float(busbw), fitted=False)

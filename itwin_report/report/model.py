@@ -10,6 +10,7 @@ import pandas as pd
 from itwin_report.data.rundata import RunData
 
 if TYPE_CHECKING:
+    from itwin_report.analysis.comm_model import CommModel
     from itwin_report.analysis.node_step import NodeStep
     from itwin_report.analysis.scaling_models import StrategyModels
     from itwin_report.options import Target
@@ -85,6 +86,9 @@ class Analysis:
     efficiency_note: str = ""  # why the two efficiencies differ, when they do beyond noise
     # per strategy: the efficiency lost from one node to two or more (analysis/node_step.py)
     node_steps: list[NodeStep] = field(default_factory=list)
+    # per strategy with traces: compute and communication per step against workers
+    # (analysis/comm_model.py), and where they cross
+    comm_models: list[CommModel] = field(default_factory=list)
 
 
 def _empty(table: str) -> pd.DataFrame:
