@@ -7,6 +7,7 @@ STAMP := $(VENV)/.installed-stamp
 PARALLEL ?= -n auto --maxprocesses 4
 DEMO_EXPERIMENT ?= emulated-cluster
 DEMO_TRUTH := mllogs/$(DEMO_EXPERIMENT)-truth.json
+DEMO_TRACES := mllogs/traces
 # the oldest supported versions (constraints/min.txt), each in a venv of its own
 MIN_VENV := .venv-min
 MIN_STAMP := $(MIN_VENV)/.installed-stamp
@@ -34,7 +35,7 @@ TORCH_STAMP := $(TORCH_VENV)/.installed-stamp
 .PHONY: install demo test mutants test-min test-postgres test-old-server test-registry test-browser lint bench clean-demo help test-hta gloo-traces
 
 help:
-	@echo "make demo             emulate sample runs into mllogs/mlflow.db, print the report, write plots/ and report.html"
+	@echo "make demo             emulate sample runs (and their traces) into mllogs/, print the report, write plots/ and report.html"
 	@echo "make test             install (if needed) and run the test suite (about two and a half minutes on 2 cores)"
 	@echo "make test-min         the whole suite, PostgreSQL included, on the oldest supported versions"
 	@echo "make test-postgres    the tests against a real PostgreSQL server started by the suite"
@@ -57,10 +58,10 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 $(DEMO_TRUTH): | $(STAMP)
-	$(VENV)/bin/itwin-report emulate --experiment-name $(DEMO_EXPERIMENT) --truth $@
+	$(VENV)/bin/itwin-report emulate --experiment-name $(DEMO_EXPERIMENT) --truth $@ --traces $(DEMO_TRACES)
 
 demo: $(STAMP) $(DEMO_TRUTH)
-	$(VENV)/bin/itwin-report generate-scalability-report --experiment-name $(DEMO_EXPERIMENT) --plot-dir plots --predict 64,128 --target 'val_accuracy>=0.76' --html report.html
+	$(VENV)/bin/itwin-report generate-scalability-report --experiment-name $(DEMO_EXPERIMENT) --plot-dir plots --predict 64,128 --target 'val_accuracy>=0.76' --traces $(DEMO_TRACES) --html report.html
 	@echo "HTML report: report.html"
 
 test: $(STAMP)
@@ -132,4 +133,4 @@ gloo-traces: $(TORCH_STAMP)
 	$(TORCH_VENV)/bin/python tools/gloo_traces.py tests/fixtures/traces/gloo
 
 clean-demo:
-	rm -rf mllogs/mlflow.db mllogs/artifacts/$(DEMO_EXPERIMENT) $(DEMO_TRUTH) plots report.html
+	rm -rf mllogs/mlflow.db mllogs/artifacts/$(DEMO_EXPERIMENT) $(DEMO_TRUTH) $(DEMO_TRACES) plots report.html
