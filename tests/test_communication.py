@@ -125,3 +125,14 @@ def test_verdict_evidence_quotes_the_rows_numbers() -> None:
 def test_profiled_steps() -> None:
     # HTA analyses every step but the last when there are two or more; one step is all of it
     assert [profiled_steps(n) for n in (0, 1, 2, 4)] == [0, 1, 3, 5]
+
+
+def test_an_exposed_share_within_its_noise_of_the_line_names_both() -> None:
+    # 4.9 % exposed with a half-width of 0.5 points over the ranks holds the 5 % line
+    word, evidence = verdict(_row(exposed_comm_share=0.049), half=0.005)
+    assert word == "near the line: hidden behind compute or bandwidth-bound"
+    assert evidence.startswith(
+        "exposed communication 4.9 % of the device time (95 % interval 4.4–5.4 %; the line: 5 %)"
+    )
+    # a narrower interval decides it
+    assert verdict(_row(exposed_comm_share=0.049), half=0.0005)[0] == "hidden behind compute"

@@ -79,24 +79,43 @@ def _row(key: Config, ranks: list[dict[str, Any]], nodes: float) -> dict[str, An
         "busbw_intra_gbps": _median(large) if nodes == 1 else math.nan,
         "link_beta_gbps": _beta(ranks),
     }
-    out["verdict"], out["evidence"] = verdict(out, bool(classes))
+    shares = [_per(_num(r.get("exposed_communication_s")), _num(r.get("span_s"))) for r in ranks]
+    mean, low, _ = mean_interval([v for v in shares if v == v])
+    out["verdict"], out["evidence"] = verdict(out, bool(classes), mean - low)
     return out
 
 
-def verdict(row: Mapping[str, Any], has_collectives: bool = True) -> tuple[str, str]:
+def verdict(
+    row: Mapping[str, Any], has_collectives: bool = True, half: float = math.nan
+) -> tuple[str, str]:
     """(verdict, evidence) from the row's own numbers: ``hidden behind compute`` (exposed
     communication under :data:`HIDDEN_SHARE` of the device time), ``latency-bound`` (small
     messages over :data:`LATENCY_SHARE` of the collectives' time), ``bandwidth-bound`` (large
     messages' busbw at :data:`NEAR_BETA` of the link fit's beta or more), else ``undecided``
-    with what is missing."""
+    with what is missing. ``half``: the half-width of the exposed share's 95 % interval over
+    the traced ranks; where it holds the line, ``near the line: hidden behind compute or …``."""
     if not has_collectives:
         return "undecided", "no collective kernels in the traces"
-    share, small = row["exposed_comm_share"], row["small_time_share"]
+    share = row["exposed_comm_share"]
     if _missing(share):
         return "undecided", "no exposed communication share: the traces have no device span"
-    said = [f"exposed communication {100 * share:.1f} % of the device time (the line: 5 %)"]
+    ci = (
+        f"95 % interval {100 * (share - half):.1f}–{100 * (share + half):.1f} %; "
+        if half == half
+        else ""
+    )
+    said = f"exposed communication {100 * share:.1f} % of the device time ({ci}the line: 5 %)"
+    if half > 0 and abs(share - HIDDEN_SHARE) < half:
+        word, why = _exposed(row, [said])
+        return f"near the line: hidden behind compute or {word}", why
     if share < HIDDEN_SHARE:
-        return "hidden behind compute", "; ".join(said)
+        return "hidden behind compute", said
+    return _exposed(row, [said])
+
+
+def _exposed(row: Mapping[str, Any], said: list[str]) -> tuple[str, str]:
+    """What an exposed communication is bound by: small messages, the link, or undecided."""
+    small = row["small_time_share"]
     if not _missing(small):
         said.append(f"small messages {100 * small:.0f} % of the collectives' time (the line: 50 %)")
         if small > LATENCY_SHARE:

@@ -635,7 +635,8 @@ COMMUNICATION = TableSpec(
             right=False,
             description="hidden behind compute (exposed under 5 % of the device time), "
             "latency-bound (small messages over half the collectives' time), bandwidth-bound "
-            "(large messages' busbw at 70 % of β or more), or undecided (what is missing).",
+            "(large messages' busbw at 70 % of β or more), or undecided (what is missing); "
+            "near the line where the exposed share's interval holds its line.",
         ),
         Column(
             "evidence",
