@@ -75,7 +75,8 @@ def test_emulated_model_holds_the_truth_at_its_configuration(tmp_path: Path) -> 
     args += ["--traces", str(tmp_path / "traces"), "--predict", "16,32", "--format", "json"]
     result = cli_runner().invoke(main, args)
     assert result.exit_code == 0, result.stderr
-    (m,) = json.loads(result.stdout)["communication_model"]
+    doc = json.loads(result.stdout)
+    (m,) = doc["communication_model"]
     truth = expected_truth(options)["configurations"][1]["communication"]
     # from the traces of 8 GPUs on two nodes: the link fit of the inter-node link, the 102 MB
     # gradient in 5 buckets and 2 small all-reduces a step, as the emulator sends them
@@ -94,3 +95,7 @@ def test_emulated_model_holds_the_truth_at_its_configuration(tmp_path: Path) -> 
     volume = 2 * 31 / 32 * truth["bytes_per_step"] / (truth["link_beta_gbps"] * 1e9)
     latency = 7 * 2 * 31 * m["alpha_s"] / (2 * 7)
     assert at[32]["comm_s_per_step"] == pytest.approx(volume + latency, rel=0.02)
+    # each prediction row carries the model's numbers at its count
+    for row in doc["predictions"]:
+        assert row["comm_s_per_step"] == pytest.approx(at[row["workers"]]["comm_s_per_step"])
+        assert row["compute_s_per_step"] == pytest.approx(at[row["workers"]]["compute_s_per_step"])

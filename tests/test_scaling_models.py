@@ -204,8 +204,10 @@ def test_predict_through_the_command(analysis_store: tuple[str, Path], tmp_path:
     assert [(r["strategy"], r["workers"]) for r in rows] == [("torch-ddp", 64), ("torch-ddp", 128)]
     assert set(rows[0]) == {
         "strategy", "workers", "model", "avg_epoch_time_s", "low_s", "high_s", "speedup",
-        "efficiency", "base_strategy", "base_workers", "note",
+        "efficiency", "base_strategy", "base_workers", "note", "compute_s_per_step",
+        "comm_s_per_step",
     }  # fmt: skip
+    assert rows[0]["comm_s_per_step"] is None  # no traces: no communication model
     assert {(r["base_strategy"], r["base_workers"], r["note"]) for r in rows} == {
         ("torch-ddp", 4, "")
     }

@@ -24,7 +24,7 @@ from itwin_report.options import ReportOptions, Target, parse_target
 from itwin_report.report.baseline import AUTO, Baseline
 from itwin_report.report.breakdown import merged_stragglers, time_breakdown, trace_ranks
 from itwin_report.report.common import normalized
-from itwin_report.report.communication import comm_models, communication_table
+from itwin_report.report.communication import comm_models, communication_table, with_comm
 from itwin_report.report.computation import computation_table
 from itwin_report.report.cost import CostFactors, add_costs, config_samples
 from itwin_report.report.decision import Work, decide_costs
@@ -116,6 +116,7 @@ def build_report(
     comm = communication_table(traces.ranks if traces else [], nodes)
     if mode == "strong":
         analysis.comm_models = comm_models(traces.ranks if traces else [], comm, _fixed(data))
+        analysis.predictions = with_comm(analysis.predictions, analysis.comm_models)
     slow = merged_stragglers(metric_stragglers(data), traces.stragglers if traces else [])
     w_time: list[str] = []
     breakdown = time_breakdown(data, thr, ranks, slow, w_time)

@@ -233,3 +233,18 @@ def _link(n0: int, ranks: list[dict[str, Any]], row: pd.Series) -> Link | None:
     if not busbw > 0:
         return None
     return Link(n0, 0.0, float(busbw), fitted=False)
+
+
+def with_comm(predictions: pd.DataFrame, models: list[CommModel]) -> pd.DataFrame:
+    """``predictions`` with each row's compute and communication per step from its strategy's
+    communication model (NaN without one): why the prediction stops scaling."""
+    if predictions.empty:
+        return predictions
+    by = {m.strategy: m for m in models}
+    pairs = [
+        (by[s].compute_at(int(w)), by[s].comm_s(int(w))) if s in by else (math.nan, math.nan)
+        for s, w in zip(predictions["strategy"], predictions["workers"], strict=True)
+    ]
+    return predictions.assign(
+        compute_s_per_step=[c for c, _ in pairs], comm_s_per_step=[m for _, m in pairs]
+    )
