@@ -32,11 +32,12 @@ TORCH_VENV := .venv-torch
 TORCH_STAMP := $(TORCH_VENV)/.installed-stamp
 
 .DEFAULT_GOAL := test
-.PHONY: install demo test mutants test-min test-postgres test-old-server test-registry test-browser lint bench clean-demo help test-hta gloo-traces
+.PHONY: install demo test test-slow mutants test-min test-postgres test-old-server test-registry test-browser lint bench clean-demo help test-hta gloo-traces
 
 help:
 	@echo "make demo             emulate sample runs (and their traces) into mllogs/, print the report, write plots/ and report.html"
 	@echo "make test             install (if needed) and run the test suite (about two and a half minutes on 2 cores)"
+	@echo "make test-slow        the slowest tests (real servers, every plot format, property sweeps): CI runs them too"
 	@echo "make test-min         the whole suite, PostgreSQL included, on the oldest supported versions"
 	@echo "make test-postgres    the tests against a real PostgreSQL server started by the suite"
 	@echo "make test-old-server  the tests reading through an MLflow 2.22 server (gunicorn)"
@@ -64,8 +65,14 @@ demo: $(STAMP) $(DEMO_TRUTH)
 	$(VENV)/bin/itwin-report generate-scalability-report --experiment-name $(DEMO_EXPERIMENT) --plot-dir plots --predict 64,128 --target 'val_accuracy>=0.76' --traces $(DEMO_TRACES) --html report.html
 	@echo "HTML report: report.html"
 
+# the markers whose tests run from make targets of their own (pyproject.toml's addopts)
+OWN_TARGETS := not postgres and not old_server and not registry and not browser and not hta
+
 test: $(STAMP)
-	$(PY) -m pytest -q $(PARALLEL)
+	$(PY) -m pytest -q $(PARALLEL) -m 'not slow and $(OWN_TARGETS)'
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q $(PARALLEL) -m 'slow and $(OWN_TARGETS)'
 
 test-browser: demo
 	@command -v chromium >/dev/null || (apt-get update -qq && apt-get install -y -qq chromium)

@@ -56,6 +56,8 @@ GIB = 1024.0  # MiB
 # (row of the goals table, what was measured, the goal, whether it is met); printed at the end
 SUMMARY: list[tuple[str, str, str, bool | None]] = []
 PARALLEL = ["-n", "auto", "--maxprocesses", "4"]  # as the Makefile's PARALLEL
+# the tests make test runs (the Makefile's markers)
+FAST = "not slow and not postgres and not old_server and not registry and not browser and not hta"
 PLOT_HELPER = "ITWIN_REPORT_PLOT_HELPER"  # "0": every figure drawn in the main process
 
 FLOOR_SCRIPT = r"""
@@ -476,7 +478,7 @@ def bench_emulate(results: dict[str, object]) -> None:
 def bench_test_suite(results: dict[str, object]) -> None:
     """The suite as ``make test`` runs it (the venv is already installed)."""
     root = Path(__file__).resolve().parents[1]
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PARALLEL]
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *PARALLEL, "-m", FAST]
     suite, _ = measure(cmd, cwd=root)
     print("8. the test suite (make test without the install)")
     line(

@@ -325,7 +325,7 @@ def test_long_names_are_shortened_in_every_figure() -> None:
 def test_many_strategies_draw_without_library_warnings(tmp_path: Path, capfd) -> None:
     import warnings
 
-    rep = scaling_report([f"s{i:03d}" for i in range(120)], counts=(2, 4))
+    rep = scaling_report([f"s{i:03d}" for i in range(40)], counts=(2, 4))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         plots = plot_report(rep)
