@@ -14,8 +14,10 @@ time, CPU time (the process's and its workers'), peak resident memory (the large
 and any worker, from ``wait4``; on Linux this process adopts what a command leaves behind, such
 as the fork server analyze-traces starts its workers from, and waits for it too). Printed: both,
 the ratio (goal: ours at least 5× faster), our peak as a multiple of the largest trace (goal: at
-most 3×) and the largest difference between the two tools' percentages. Results go to
-``bench/out/traces.json``.
+most 3×) and the largest difference between the two tools' percentages. Then what reading the
+collectives' sizes adds (goal: at most 10 %), in one process, with and without it; and with
+``BENCH_TRACE_BASELINE`` naming a git revision, the command from this tree against it. Results
+go to ``bench/out/traces.json``.
 
     .venv/bin/python bench/bench_traces.py            # 2 ranks of about 200 MB
     BENCH_TRACE_BASELINE=main .venv/bin/python bench/bench_traces.py  # and against main
@@ -241,6 +243,49 @@ def against_baseline(folder: Path, rev: str) -> dict[str, Any]:
     }
 
 
+def size_share(path: Path) -> dict[str, float]:
+    """What reading the collectives' sizes costs: ``read_one`` (read and analyse one trace) in
+    this process, in turn with and without the size handling (the kernels' size args left out
+    of pyarrow's schema; no comms ops looked for; no collectives tables), ``REPEAT`` x 3 times
+    each; the best CPU time of each and their ratio."""
+    import pyarrow as pa
+
+    from itwin_report.traces import analyze, collectives, columns, pieces
+
+    read_one = analyze.read_one
+    read_one(path)  # imports, caches, the schema built
+    full = pieces.ARROW_SCHEMA
+    bare = pa.schema(
+        [(f.name, f.type) for f in full if f.name != "args"]
+        + [("args", pa.struct(list(full.field("args").type)[:2]))]
+    )
+    saved = (
+        columns.Columns._table_collectives,
+        columns.Columns.add_ops_text,
+        collectives.rows,
+        collectives.size_classes,
+        collectives.link_fit,
+    )
+    off = (lambda *a: None, lambda *a: None, lambda k: [], lambda k: [], lambda k: None)
+    best = {"with": math.inf, "without": math.inf}
+    for _ in range(REPEAT * 3):
+        for label, schema, patches in (("with", full, saved), ("without", bare, off)):
+            pieces.ARROW_SCHEMA = schema
+            columns.Columns._table_collectives, columns.Columns.add_ops_text = patches[:2]
+            collectives.rows, collectives.size_classes, collectives.link_fit = patches[2:]
+            start = time.process_time()
+            read_one(path)
+            best[label] = min(best[label], time.process_time() - start)
+    pieces.ARROW_SCHEMA = full
+    columns.Columns._table_collectives, columns.Columns.add_ops_text = saved[:2]
+    collectives.rows, collectives.size_classes, collectives.link_fit = saved[2:]
+    return {
+        "with_s": best["with"],
+        "without_s": best["without"],
+        "ratio": best["with"] / best["without"],
+    }
+
+
 def agreement(ours: str, theirs: str) -> dict[str, float]:
     """Per metric, the largest difference (percentage points) between the two tools' ranks."""
     mine = {r["rank"]: r for r in json.loads(ours)["ranks"]}
@@ -294,6 +339,12 @@ def main() -> None:
             "difference in percentage points: "
             + ", ".join(f"{k} {v:.2f}" for k, v in result["largest_difference_pp"].items())
         )
+    share = result["size_handling"] = size_share(files[0])
+    print(
+        f"the collectives' sizes: reading and analysing {files[0].name} takes "
+        f"{share['with_s']:.3f} s CPU with them, {share['without_s']:.3f} s without "
+        f"({share['ratio']:.3f}x; goal <= 1.10x: {'met' if share['ratio'] <= 1.1 else 'NOT met'})"
+    )
     rev = os.environ.get("BENCH_TRACE_BASELINE")
     if rev:
         result["against_baseline"] = base = against_baseline(folder, rev)

@@ -540,45 +540,40 @@ def test_an_ops_message_is_its_largest_tensor_input() -> None:
     assert input_message({"Input Dims": "x"}) == (-1, "")
 
 
-def _kept(columns: Columns) -> dict[str, object]:
-    """What a reader kept of the collectives: the kernels' columns (names decoded) and the
-    comms operators (in any order: the fast read parses gloo's at once, the others last)."""
-    columns.add_pending()
-    names = columns.c_names
-    ops = zip(
-        columns.p_ts,
-        columns.p_dur,
-        [names[c] for c in columns.p_coll],
-        columns.p_gloo,
-        columns.p_elems,
-        [names[c] for c in columns.p_dtype],
-        columns.p_group,
-        strict=True,
-    )
+def _kept(path: Path) -> dict[str, object]:
+    """What the reader keeps of the collectives of ``path``, names decoded."""
+    from itwin_report.traces.reader import read_trace
+
+    k = read_trace(path).collectives
+    assert k is not None
     return {
-        "dur": list(columns.c_dur),
-        "corr": list(columns.c_corr),
-        "collective": [names[c] for c in columns.c_coll],
-        "group": list(columns.c_group),
-        "in": list(columns.c_in),
-        "out": list(columns.c_out),
-        "dtype": [names[c] for c in columns.c_dtype],
-        "ops": sorted(ops),
+        "dur": k.dur_us.tolist(),
+        "corr": None if k.corr is None else k.corr.tolist(),
+        "collective": [k.names[c] for c in k.collective],
+        "group": k.group.tolist(),
+        "in": k.in_elems.tolist(),
+        "out": k.out_elems.tolist(),
+        "dtype": [k.names[c] for c in k.dtype],
     }
 
 
 def test_the_fast_and_the_streaming_read_keep_the_same_collectives(tmp_path: Path) -> None:
-    from itwin_report.traces.streaming import read_streaming
-
     events = _older_trace() + _events()
-    events[0]["name"] = 'nccl:all_reduce "quoted" é'  # escaped when written: found anyway
-    path = _write(tmp_path / "worker_1.1.pt.trace.json", events, True)
-    with open_trace(path) as fh:
-        fast = Columns()
-        assert read_pieces(fh, fast, Edges()) is not None
-    with open_trace(path) as fh:
-        slow = Columns()
-        read_streaming(path, fh, slow, Edges())
+    events[2]["name"] = 'nccl:all_reduce "quoted" é'  # escaped when written: found anyway
+    launched = _comm("ncclKernel_Broadcast_RING_LL", 5100, 10)
+    launched[0]["ts"] = 5010
+    said = {"Input Dims": [[2]], "Input type": ["float"]}
+    events += [*launched, _op("nccl:broadcast", 5000, 50, 1, **said)]  # the file's last event
+    fast = _write(tmp_path / "fast" / "worker_1.1.pt.trace.json", events, True)
+    slow = _write(tmp_path / "slow" / "worker_1.1.pt.trace.json", events, False)
+    with open_trace(fast) as fh:
+        assert read_pieces(fh, Columns(), Edges()) is not None  # the fast read takes it
+    with open_trace(slow) as fh:
+        assert read_pieces(fh, Columns(), Edges()) is None  # one line: the streaming read
     kept = _kept(fast)
     assert kept == _kept(slow)
-    assert len(kept["dur"]) == 4 + len(KERNELS) + 2 and len(kept["ops"]) == 5  # type: ignore[arg-type]
+    assert len(kept["dur"]) == 4 + len(KERNELS) + 2 + 1 + 1  # and gloo's broadcast, last
+    # the renamed innermost op sizes the all-reduce (not the record_param_comms around it),
+    # the last event of the file its broadcast
+    assert (kept["in"][0], kept["dtype"][0]) == (1024 * 256, "float")
+    assert (kept["collective"][-2], kept["in"][-2], kept["group"][-2]) == ("broadcast", 2, 4)

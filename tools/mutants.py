@@ -336,8 +336,8 @@ MUTANTS = (
         "M38",
         "a message of exactly 1 MiB counted as medium, not large",
         "itwin_report/traces/collectives.py",
-        'return "large" if size >= LARGE_BYTES',
-        'return "large" if size > LARGE_BYTES',
+        "np.where(size >= LARGE_BYTES, 0,",
+        "np.where(size > LARGE_BYTES, 0,",
         ("tests/test_traces_collectives.py",),
     ),
     Mutant(

@@ -135,36 +135,57 @@ def rows(kernels: CollectiveKernels) -> list[dict[str, Any]]:
     ``group_size``, ``count``, ``bytes`` (None: unknown), ``time_s``, ``algbw_gbps``,
     ``busbw_gbps``."""
     size, _ = per_kernel(kernels)
-    groups: dict[tuple[str, int, bool], list[float]] = {}
-    for i in range(kernels.dur_us.size):
-        key = (
-            kernels.names[int(kernels.collective[i])],
-            int(kernels.group[i]),
-            bool(size[i] == size[i]),
-        )
-        acc = groups.setdefault(key, [0, 0.0, 0.0])
-        acc[0] += 1
-        acc[1] += float(size[i]) if size[i] == size[i] else 0.0
-        acc[2] += float(kernels.dur_us[i])
+    sized = ~np.isnan(size)
+    keys, at = _groups(kernels.collective, kernels.group, sized)
+    count = np.bincount(at, minlength=len(keys))
+    total = np.bincount(at, np.where(sized, size, 0.0), minlength=len(keys))
+    dur_us = np.bincount(at, kernels.dur_us, minlength=len(keys))
     out = []
-    for (name, group, sized), (count, total, dur_us) in sorted(
-        groups.items(), key=lambda kv: (kv[0][0], kv[0][1], not kv[0][2])
-    ):
-        time_s = dur_us / 1e6
-        algbw = total / time_s / 1e9 if sized and time_s > 0 else None
+    order = sorted(
+        range(len(keys)), key=lambda g: (kernels.names[keys[g][0]], keys[g][1], not keys[g][2])
+    )
+    for g in order:
+        name, group, known = kernels.names[keys[g][0]], keys[g][1], bool(keys[g][2])
+        time_s = float(dur_us[g]) / 1e6
+        algbw = float(total[g]) / time_s / 1e9 if known and time_s > 0 else None
         factor = bus_factor(name, group if group > 0 else None)
         out.append(
             {
                 "collective": name,
                 "group_size": group if group > 0 else None,
-                "count": int(count),
-                "bytes": int(total) if sized else None,
+                "count": int(count[g]),
+                "bytes": int(total[g]) if known else None,
                 "time_s": time_s,
                 "algbw_gbps": algbw,
                 "busbw_gbps": algbw * factor if algbw is not None and factor else None,
             }
         )
     return out
+
+
+def _groups(*columns: np.ndarray) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """The distinct rows of ``columns`` taken side by side (as tuples of ints) and each
+    entry's index into them."""
+    if not columns[0].size:
+        return [], np.empty(0, dtype=np.int64)
+    values = [np.asarray(c, dtype=np.int64) for c in columns]
+    lows = [int(v.min()) for v in values]
+    spans = [int(v.max()) - low + 1 for v, low in zip(values, lows, strict=True)]
+    if math.prod(spans) >= 1 << 62:  # values too far apart to pack: the slower way
+        keys, at = np.unique(np.stack(values, axis=1), axis=0, return_inverse=True)
+        return [tuple(int(x) for x in k) for k in keys], np.asarray(at).reshape(-1)
+    packed = np.zeros(values[0].size, dtype=np.int64)
+    for v, low, span in zip(values, lows, spans, strict=True):
+        packed = packed * span + (v - low)
+    distinct, at = np.unique(packed, return_inverse=True)
+    out = []
+    for key in distinct.tolist():
+        digits = []
+        for low, span in zip(reversed(lows), reversed(spans), strict=True):
+            key, digit = divmod(key, span)
+            digits.append(digit + low)
+        out.append(tuple(reversed(digits)))
+    return out, np.asarray(at).reshape(-1)
 
 
 def unsized(rows_: list[dict[str, Any]]) -> int:
@@ -182,27 +203,22 @@ SIZE_CLASSES = ("large", "medium", "small", UNKNOWN)
 def per_kernel(kernels: CollectiveKernels) -> tuple[np.ndarray, np.ndarray]:
     """Each kernel's message bytes, max(in, out) elements × the dtype's size (NaN when the
     sizes or the dtype are unknown), and nccl-tests' bus factor (NaN: none)."""
-    n = kernels.dur_us.size
     size = np.array([dtype_bytes(d) for d in kernels.names], dtype=np.float64)
     elems = np.maximum(kernels.in_elems, kernels.out_elems).astype(np.float64)
     each = size[kernels.dtype]
     per = np.where((each > 0) & (elems >= 0), each * elems, np.nan)
-    cache: dict[tuple[int, int], float] = {}
-    factor = np.empty(n)
-    for i in range(n):
-        key = (int(kernels.collective[i]), int(kernels.group[i]))
-        if key not in cache:
-            found = bus_factor(kernels.names[key[0]], key[1] if key[1] > 0 else None)
-            cache[key] = np.nan if found is None else found
-        factor[i] = cache[key]
+    keys, at = _groups(kernels.collective, kernels.group)
+    found = [bus_factor(kernels.names[c], g if g > 0 else None) for c, g in keys]
+    factor = np.array([np.nan if f is None else f for f in found] + [np.nan])[at]
     return per, factor
 
 
-def size_class(size: float) -> str:
-    """``large`` (≥ 1 MiB), ``medium``, ``small`` (< 64 KiB) or ``unknown`` (NaN)."""
-    if size != size:
-        return UNKNOWN
-    return "large" if size >= LARGE_BYTES else "small" if size < SMALL_BYTES else "medium"
+def size_class(size: np.ndarray) -> np.ndarray:
+    """Each size's class, as an index into :data:`SIZE_CLASSES`: ``large`` (≥ 1 MiB),
+    ``medium``, ``small`` (< 64 KiB) or ``unknown`` (NaN)."""
+    with np.errstate(invalid="ignore"):
+        known = np.where(size >= LARGE_BYTES, 0, np.where(size < SMALL_BYTES, 2, 1))
+    return np.where(np.isnan(size), 3, known)
 
 
 def size_classes(kernels: CollectiveKernels) -> list[dict[str, Any]]:
@@ -211,28 +227,26 @@ def size_classes(kernels: CollectiveKernels) -> list[dict[str, Any]]:
     (``busbw_median_gbps``, ``busbw_p25_gbps``, ``busbw_p75_gbps``; None without a factor or
     a kernel time)."""
     size, factor = per_kernel(kernels)
-    busbw = size / (kernels.dur_us * 1e3) * factor  # bytes/µs/1e3 = GB/s
-    groups: dict[tuple[str, int, int], list[int]] = {}
-    for i in range(size.size):
-        key = (
-            kernels.names[int(kernels.collective[i])],
-            int(kernels.group[i]),
-            SIZE_CLASSES.index(size_class(float(size[i]))),
-        )
-        groups.setdefault(key, []).append(i)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        busbw = size / (kernels.dur_us * 1e3) * factor  # bytes/µs/1e3 = GB/s
+    keys, at = _groups(kernels.collective, kernels.group, size_class(size))
+    members = np.argsort(at, kind="stable")
+    bounds = np.searchsorted(at[members], np.arange(len(keys) + 1))
     out = []
-    for (name, group, klass), members in sorted(groups.items()):
-        idx = np.asarray(members)
+    order = sorted(range(len(keys)), key=lambda g: (kernels.names[keys[g][0]], *keys[g][1:]))
+    for g in order:
+        coll, group, klass = keys[g]
+        idx = members[bounds[g] : bounds[g + 1]]
         bw = busbw[idx][np.isfinite(busbw[idx]) & (kernels.dur_us[idx] > 0)]
         p25, median, p75 = np.percentile(bw, [25, 50, 75]) if bw.size else (None,) * 3
-        sized = SIZE_CLASSES[klass] != UNKNOWN
+        known = SIZE_CLASSES[klass] != UNKNOWN
         out.append(
             {
-                "collective": name,
+                "collective": kernels.names[coll],
                 "group_size": group if group > 0 else None,
                 "size_class": SIZE_CLASSES[klass],
                 "count": int(idx.size),
-                "bytes": int(size[idx].sum()) if sized else None,
+                "bytes": int(size[idx].sum()) if known else None,
                 "time_s": float(kernels.dur_us[idx].sum()) / 1e6,
                 "busbw_median_gbps": _float(median),
                 "busbw_p25_gbps": _float(p25),

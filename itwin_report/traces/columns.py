@@ -45,8 +45,6 @@ OP_NAME = re.compile(
     rb"|all_?to_?all|broadcast)"
 )
 
-GLOO_NAME = re.compile(rb'"name"\s*:\s*"(?i:gloo:)')
-
 
 class Columns:
     """The arrays being filled while the events stream by: per device event (``k_``) its
@@ -72,7 +70,7 @@ class Columns:
         self.p_gloo, self.p_elems = array("b"), array("q")
         self.p_dtype, self.p_group = array("i"), array("q")
         self.piece_ops: dict[str, int] = {}  # the last table's comms operators, by name
-        self.pending_ops: list[bytes] = []  # comms operators with shapes, not parsed yet
+        self.op_names: set[str] = set()  # comms operators the fast read left in the text
         self.c_names: list[str] = [UNKNOWN, ""]
         self._codes: dict[str, int] = {UNKNOWN: 0, "": 1}
         self.kinds: dict[str, int] = {}
@@ -185,43 +183,44 @@ class Columns:
         self.p_group.append(_count(args.get("Group size")))
 
     def add_ops_text(self, piece: bytes, sep: bytes) -> None:
-        """:meth:`add_op` for each communication operator among the events of ``piece``
-        (separated by ``sep``; :meth:`add_table` counted them by name in ``piece_ops``), found
-        by name in the text and parsed alone under :meth:`add_many`'s rules: a few per step,
-        where parsing every event in Python would cost twice the read. When a name is not
-        found as often as counted (written with escapes), every name that may be an
-        operator's is looked for instead."""
-        starts: list[int] = []
-        for name, count in self.piece_ops.items():
-            needle = b'"name": ' + json.dumps(name, ensure_ascii=False).encode()
-            at, found = piece.find(needle), 0
-            while at >= 0:
-                starts.append(at)
-                found += 1
-                at = piece.find(needle, at + len(needle))
+        """gloo's operators among the events of ``piece`` (separated by ``sep``;
+        :meth:`add_table` counted the comms operators by name in ``piece_ops``) through
+        :meth:`add_op`; the names of the other comms operators kept in ``op_names``, for
+        :meth:`add_ops_named` to find if a kernel needs their sizes."""
+        gloo = {n: c for n, c in self.piece_ops.items() if n[:5].lower() == GLOO}
+        self.op_names.update(n for n in self.piece_ops if n not in gloo)
+        if gloo:
+            self.add_ops_named(piece, sep, gloo)
+
+    def add_ops_named(self, piece: bytes, sep: bytes, names: dict[str, int]) -> None:
+        """:meth:`add_op` for the operators named ``names`` (each counted that many times,
+        -1: not counted) among the events of ``piece``, found by name in the text and parsed
+        alone under :meth:`add_many`'s rules (a few per step, where parsing every event in
+        Python would cost twice the read). When a name is found fewer times than counted
+        (written with escapes), every name that may be an operator's is looked for."""
+        hits: list[int] = []
+        for name, count in names.items():
+            found = 0
+            for ascii_only in (False, True):
+                needle = b'"name": ' + json.dumps(name, ensure_ascii=ascii_only).encode()
+                at = piece.find(needle)
+                while at >= 0:
+                    hits.append(at)
+                    found += 1
+                    at = piece.find(needle, at + len(needle))
+                if found or name.isascii():
+                    break
             if found < count:
-                starts = [m.start() for m in OP_NAME.finditer(piece)]
+                hits = [m.start() for m in OP_NAME.finditer(piece)]
                 break
         seen = set()
-        for at in sorted(starts):
+        for at in hits:
             start = piece.rfind(sep, 0, at)
             start = 0 if start < 0 else start + 2
-            if start in seen:
-                continue
-            seen.add(start)
-            end = piece.find(sep, at)
-            end = len(piece) if end < 0 else end + 1
-            if GLOO_NAME.match(piece, at):
-                self._op_text(piece[start:end])
-            elif piece.find(b'"Input Dims"', start, end) >= 0:
-                self.pending_ops.append(piece[start:end])  # parsed if a kernel needs sizes
-            # else: no sizes and not gloo's, nothing to keep (see add_op)
-
-    def add_pending(self) -> None:
-        """Parse the operators :meth:`add_ops_text` put aside (their sizes are needed)."""
-        for text in self.pending_ops:
-            self._op_text(text)
-        self.pending_ops.clear()
+            if start not in seen:
+                seen.add(start)
+                end = piece.find(sep, at)
+                self._op_text(piece[start : len(piece) if end < 0 else end + 1])
 
     def _op_text(self, text: bytes) -> None:
         try:

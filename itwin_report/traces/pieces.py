@@ -141,3 +141,39 @@ def arrow_events(text: bytes) -> Any:
             newlines_in_values=True,
         ),
     )
+
+
+def scan_ops(fh: Any, columns: Columns) -> None:
+    """The comms operators the fast read left in the text (``columns.op_names``), found by
+    name in a second read of the file, a piece at a time, nothing else parsed: for a trace
+    whose kernels need the sizes their ops recorded (an older trace)."""
+    names = dict.fromkeys(sorted(columns.op_names), -1)
+    buf, sep, started = b"", None, False
+    while True:
+        chunk = fh.read(PIECE)
+        buf += chunk
+        if not started:
+            found = EVENTS_START.search(buf)
+            if found is None:
+                if not chunk or len(buf) > HEAD_LIMIT:
+                    return
+                continue
+            buf, started = buf[found.end() :], True
+        if sep is None:
+            match = EVENT_BREAK.search(buf)
+            if match is None and chunk and len(buf) <= MAX_PIECE:
+                continue
+            sep = match.group() if match else b"},\n{"
+        if not chunk:  # the last events: up to the list's closing bracket
+            close = len(buf)
+            for _ in range(8):
+                close = buf.rfind(b"]", 0, close)
+                if close < 0 or object_end(buf[close + 1 :]):
+                    break
+            buf = buf[: max(close, 0)].rstrip() + b"\n"
+        cut = buf.rfind(sep) if chunk else len(buf) - 2
+        if cut >= 0:
+            columns.add_ops_named(buf[: cut + 1], sep, names)
+            buf = buf[cut + 2 :]
+        if not chunk:
+            return

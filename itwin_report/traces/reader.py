@@ -38,7 +38,7 @@ from itwin_report.traces.kinds import (
     kernel_kind,
     operator_kind,
 )
-from itwin_report.traces.pieces import read_pieces
+from itwin_report.traces.pieces import read_pieces, scan_ops
 from itwin_report.traces.source import Edges, TraceReadError, open_trace
 from itwin_report.traces.streaming import read_streaming
 
@@ -113,6 +113,7 @@ def read_trace(path: Path) -> RawTrace:
             with open_trace(path) as fh:
                 columns, edges = Columns(), Edges()
                 read = read_streaming(path, fh, columns, edges)
+        collectives = _collectives(columns, edges.meta(), path)
     except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise TraceReadError(f"{path}: truncated or corrupt gzip ({exc})") from None
     except OSError as exc:
@@ -133,16 +134,18 @@ def read_trace(path: Path) -> RawTrace:
         op_ts=np.frombuffer(columns.o_ts, dtype=np.float64),
         op_dur=np.frombuffer(columns.o_dur, dtype=np.float64),
         op_kind=np.frombuffer(columns.o_kind, dtype=np.int8),
-        collectives=_collectives(columns, edges.meta()),
+        collectives=collectives,
         events=columns.events,
         bytes_read=read,
         fractional=not columns.whole_ts,
     )
 
 
-def _collectives(columns: Columns, meta: dict[str, Any]) -> CollectiveKernels:
+def _collectives(columns: Columns, meta: dict[str, Any], path: Path) -> CollectiveKernels:
     """The communication kernels, those without sizes sized from their comms op where it has
-    them, then gloo's operators (:mod:`~itwin_report.traces.comm_ops`)."""
+    them (the fast read leaves those ops in the text: then the file is read again for them,
+    an older trace's cost only), then gloo's operators
+    (:mod:`~itwin_report.traces.comm_ops`)."""
     kernels = CollectiveKernels(
         dur_us=np.frombuffer(columns.c_dur, dtype=np.float64),
         collective=np.frombuffer(columns.c_coll, dtype=np.int32),
@@ -153,8 +156,10 @@ def _collectives(columns: Columns, meta: dict[str, Any]) -> CollectiveKernels:
         names=columns.c_names,
         corr=np.frombuffer(columns.c_corr, dtype=np.int64),
     )
-    if columns.pending_ops and needs_sizes(kernels):
-        columns.add_pending()
+    if columns.op_names and needs_sizes(kernels):
+        with open_trace(path) as fh:
+            scan_ops(fh, columns)
+        columns.op_names.clear()
     if not columns.p_ts:
         return kernels
     ops = CommOps(
