@@ -123,8 +123,28 @@ def test_verdict_evidence_quotes_the_rows_numbers() -> None:
 
 
 def test_profiled_steps() -> None:
-    # HTA analyses every step but the last when there are two or more; one step is all of it
-    assert [profiled_steps(n) for n in (0, 1, 2, 4)] == [0, 1, 3, 5]
+    # every ProfilerStep of the rank's traces counts, HTA's window (steps) aside; rows written
+    # before the count was kept fall back on the analysed steps
+    assert profiled_steps({"steps": 1, "profiled_steps": 2}) == 2
+    assert profiled_steps({"steps": 4, "profiled_steps": 5}) == 5
+    assert profiled_steps({"steps": 3}) == 3
+
+
+def test_two_profiler_steps_are_two_steps(tmp_path: Path) -> None:
+    """A trace of two profiler steps: HTA's window analyses the first alone, yet the kernels
+    of both are counted, so per step they are counted over two steps, not one."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    four = Job("ddp-4", 4, T0, T0 + 60 * S, logged=(0, 1, 2, 3))
+    write_store(uri, [four])
+    root = tmp_path / "traces"
+    small = (("allreduce", MiB, MiB), ("allreduce", 8192, 8192))
+    write_traces(root, four, kineto.job(4, messages=small, steps=2))
+    code, out, err = _report(uri, "--traces", str(root), "--format", "json")
+    assert (code, err) == (0, "")
+    row = json.loads(out)["communication"][0]
+    # 2 steps x 2 kernels on each rank: 2 a step, 4 MiB + 32 KiB a step
+    assert row["collectives_per_step"] == 2.0
+    assert row["bytes_per_step"] == 4 * MiB + 4 * 8192
 
 
 def test_an_exposed_share_within_its_noise_of_the_line_names_both() -> None:

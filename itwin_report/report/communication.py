@@ -6,8 +6,8 @@ communication, device span, its collectives per size class with their busbw quar
 link fits), summed over every traced rank of the configuration's jobs:
 
 * collectives and bytes per step: the kernels and their bytes over the profiled steps (a
-  trace's kernels span its analysed steps and the last one, which HTA leaves out: ``steps + 1``
-  profiled steps when two or more were analysed), per rank;
+  trace's kernels span every ProfilerStep it holds, the last one too, which HTA's analysed
+  steps leave out when there are two or more), per rank;
 * exposed communication per step: exposed seconds over the analysed steps, per rank;
 * busbw: the median over the ranks' large-message (>= 1 MiB) rows of their median busbw; the
   world group's large messages are inter-node when the job spans two nodes or more and
@@ -46,15 +46,15 @@ def communication_table(ranks: list[dict[str, Any]], nodes: Mapping[Config, floa
     return finish(rows, COLUMNS)
 
 
-def profiled_steps(analysed: int) -> int:
-    """The profiler steps a trace's kernels span: the analysed ones, and the last one HTA
-    leaves out when it left one out (two analysed or more; with one, all of it counts)."""
-    return analysed + 1 if analysed >= 2 else analysed
+def profiled_steps(rank: dict[str, Any]) -> int:
+    """The profiler steps a rank's traces hold, which their kernels span: every ProfilerStep,
+    the last one too (HTA's window, ``steps``, leaves it out when there are two or more)."""
+    return int(rank.get("profiled_steps") or rank["steps"])
 
 
 def _row(key: Config, ranks: list[dict[str, Any]], nodes: float) -> dict[str, Any]:
     classes = [c for r in ranks for c in r.get("size_classes") or []]
-    steps = sum(profiled_steps(int(r["steps"])) for r in ranks)
+    steps = sum(profiled_steps(r) for r in ranks)
     analysed = sum(int(r["steps"]) for r in ranks)
     span = sum(_num(r.get("span_s")) for r in ranks)
     exposed = sum(_num(r.get("exposed_communication_s")) for r in ranks)
@@ -180,7 +180,7 @@ def comm_models(
 
 
 def _model(strategy: str, n0: int, ranks: list[dict[str, Any]], row: pd.Series) -> CommModel | None:
-    steps = sum(profiled_steps(int(r["steps"])) for r in ranks)
+    steps = sum(profiled_steps(r) for r in ranks)
     moved = [
         c
         for r in ranks

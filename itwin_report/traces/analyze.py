@@ -384,6 +384,7 @@ def _rank_row(matches: list[Match], timelines: list[RankTimeline]) -> dict[str, 
         "windows": len(timelines),
         "files": [m.file for m in matches],
         "steps": sum(t.steps for t in timelines),
+        "profiled_steps": sum(t.profiled_steps for t in timelines),
         # every window's collectives by size class, and its link fit (report/communication.py)
         "size_classes": [row for t in timelines for row in t.size_classes],
         "link_fits": [t.link_fit for t in timelines if t.link_fit is not None],

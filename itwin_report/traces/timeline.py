@@ -71,6 +71,9 @@ class RankTimeline:
     # (time = alpha + bus bytes / beta; None when it cannot be fitted): set with collectives
     size_classes: list[dict[str, object]] = field(default_factory=list)
     link_fit: dict[str, object] | None = None
+    # the profiler steps the trace holds (its ProfilerStep annotations), the last one included:
+    # the span of its collective kernels, which ``steps`` (HTA's window) may leave one out of
+    profiled_steps: int = 0
 
     def row(self) -> dict[str, object]:
         """The JSON row of ``analyze-traces``."""
@@ -145,6 +148,12 @@ def window(raw: RawTrace) -> tuple[np.ndarray, int, list[str]]:
 
 def analyse(raw: RawTrace, name: str) -> RankTimeline:
     """The timeline of one trace."""
+    timeline = _analyse(raw, name)
+    timeline.profiled_steps = int(np.unique(raw.step_ids).size)
+    return timeline
+
+
+def _analyse(raw: RawTrace, name: str) -> RankTimeline:
     steps_mask, steps, notes = window(raw)
     if raw.kernel_ts.size:
         device = "gpu"
