@@ -475,43 +475,12 @@ def postgres() -> Iterator[Any]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-# The slowest tests (several seconds each on an idle 2-core machine: real server processes,
-# emulated experiments read many times, every plot format drawn, property sweeps), run by
-# `make test-slow` (CI runs it after `make test`), so that `make test` stays near two minutes.
-# Node ids, or their prefixes (a test's every parameter).
-SLOW_TESTS = (
-    "test_api.py::test_the_documented_example_runs",
-    "test_api.py::test_api_matches_the_command",
-    "test_bad_inputs.py::test_bad_input[render-",
-    "test_bad_inputs.py::test_bad_input[databricks-profile-one-line]",
-    "test_compare_noise.py::",
-    "test_compare_target.py::test_emulated_slower_link_is_slower_to_target",
-    "test_confidence.py::test_speedup_interval_covers_the_truth_at_its_rate",
-    "test_decisions.py::test_estimated_energy_keeps_its_mark_and_csv_carries_every_section",
-    "test_drawing.py::test_the_command_writes_the_same_plots_with_and_without_the_helper",
-    "test_drawing.py::test_the_helper_draws_the_same_bytes",
-    "test_drawing.py::test_a_helper_that_dies_leaves_its_figures_to_the_main_process",
-    "test_emulator_guards.py::test_summary_masks_the_password",
-    "test_emulator_writer.py::test_http_emulation_uploads_artifacts_through_the_server",
-    "test_end_to_end_http.py::",
-    "test_energy.py::test_no_factor_no_figure",
-    "test_energy.py::test_nodes_from_gpus_per_node_when_hosts_are_not_logged",
-    "test_host_process.py::test_every_entry_point_leaves_the_host_as_it_found_it",
-    "test_html.py::test_page_with_a_100_kb_name_costs_work_linear_in_its_size",
-    "test_html.py::test_outputs_are_published_as_one_set",
-    "test_html.py::test_stdout_on_a_full_disk_is_one_line",
-    "test_http_cache.py::test_two_reports_at_once_share_the_cache",
-    "test_pareto.py::test_every_format_carries_the_decision",
-    "test_plots.py::test_many_strategies_draw_without_library_warnings",
-    "test_plots.py::test_no_store_value_is_read_as_mathtext",
-    "test_plots.py::test_saved_files[",
-    "test_plots_breakdown.py::test_saved_as_a_file_and_shown_on_the_page",
-    "test_report_properties.py::test_speedup_one_at_base_and_efficiency_formula",
-    "test_report_properties.py::test_shuffling_rows_never_changes_a_table",
-    "test_system_metrics.py::test_json_table_and_page_carry_peak_memory",
-    "test_time_to_target.py::test_command_text_csv_markdown",
-    "test_traces_report.py::test_emulated_traces_give_the_truths_verdicts",
-    "test_truth_recovery.py::",
+# The slowest tests, which make test-slow runs and make test leaves out (CI runs both): node ids,
+# or their prefixes, one a line in tests/slow_tests.txt.
+SLOW_TESTS = tuple(
+    line.strip()
+    for line in (Path(__file__).parent / "slow_tests.txt").read_text(encoding="utf-8").splitlines()
+    if line.strip() and not line.startswith("#")
 )
 
 
