@@ -36,7 +36,7 @@ TORCH_STAMP := $(TORCH_VENV)/.installed-stamp
 
 help:
 	@echo "make demo             emulate sample runs (and their traces) into mllogs/, print the report, write plots/ and report.html"
-	@echo "make test             install (if needed) and run the test suite (about two and a half minutes on 2 cores)"
+	@echo "make test             install (if needed) and run the tests under 1 s each (about two minutes on 2 cores)"
 	@echo "make test-slow        the slowest tests (real servers, every plot format, property sweeps): CI runs them too"
 	@echo "make test-min         the whole suite, PostgreSQL included, on the oldest supported versions"
 	@echo "make test-postgres    the tests against a real PostgreSQL server started by the suite"

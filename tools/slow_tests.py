@@ -1,6 +1,6 @@
 """The tests that belong in ``tests/slow_tests.txt``: from the output of a run with
 ``--durations=0`` (setup, call and teardown added per test), those that took at least a
-threshold (1.5 s unless told) and are not listed yet.
+threshold (1 s unless told) and are not listed yet.
 
     .venv/bin/python -m pytest -q -n auto --maxprocesses 4 --durations=0 > durations.log
     .venv/bin/python tools/slow_tests.py durations.log [SECONDS]
@@ -20,7 +20,7 @@ LINE = re.compile(r"([\d.]+)s (?:call|setup|teardown)\s+tests/(\S+)")
 def main() -> None:
     if len(sys.argv) not in (2, 3):
         raise SystemExit(__doc__)
-    threshold = float(sys.argv[2]) if len(sys.argv) == 3 else 1.5
+    threshold = float(sys.argv[2]) if len(sys.argv) == 3 else 1.0
     spent: Counter[str] = Counter()
     for line in Path(sys.argv[1]).read_text(encoding="utf-8").splitlines():
         if found := LINE.match(line):
