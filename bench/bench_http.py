@@ -53,7 +53,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stores import OUT, uri_of, write_layout
 
-from bench import BIN, REPEATS, REPORT, SUMMARY, Measure, _json_tables, best_of, line, measure
+from bench import BIN, REPEATS, REPORT, Measure, _json_tables, best_of, line, measure
 
 # runs -> (cached store, jobs of 20 ranks)
 STORES = {2_000: ("runs2k.db", 100), 10_000: ("runs10k.db", 500)}
@@ -346,14 +346,6 @@ def bench_http_sqlite(results: dict[str, object]) -> None:
         line(
             f"ratio wall, repeat read / direct (goal <= {REPEAT_GOAL:g})",
             f"{repeat_ratio:6.2f}{'' if same else '  TABLES DIFFER'}",
-        )
-        SUMMARY.append(
-            (
-                f"{runs:,} runs through `mlflow server`, repeat read (cache), vs direct",
-                f"{repeat_ratio:.2f}x the direct read, tables {'identical' if same else 'DIFFER'}",
-                f"<= {REPEAT_GOAL:g}x",
-                repeat_ratio <= REPEAT_GOAL and same,
-            )
         )
         cores = os.cpu_count() or 1
         floor = (server_cpu + over_http.cpu_s) / cores / direct.wall_s
