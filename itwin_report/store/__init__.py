@@ -214,7 +214,8 @@ def _load(
     if metrics is not None:
         data.metrics, more = tidy_metrics(metrics, reader.extra_keys)
         data.warnings.extend(more)
-    if set(reader.extra_keys) - set(data.metrics["key"].astype(str)):
+    # the keys present, from the column's distinct values (never a walk over every point)
+    if set(reader.extra_keys) - {str(k) for k in data.metrics["key"].unique()}:
         data.logged_keys = reader.logged_keys(exp_id, ids) if ids else []
     # the single place where the loaded data is validated
     from itwin_report.data.validate import validate
