@@ -490,3 +490,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         node = item.nodeid.removeprefix("tests/")
         if node.startswith(SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
+
+
+def assert_billed_on_epochs_alone(direct: list[dict[str, Any]], full: list[dict[str, Any]]) -> None:
+    """GPU rows of a store read directly, its artifacts behind a server, against rows that read
+    performance.json: GPU-hours per run are billed on the epochs alone there (the job's wall
+    time, set-up included, is out of reach), so each is lower; every other column agrees."""
+    billed = "gpu_hours_per_run"
+    assert [{k: v for k, v in r.items() if k != billed} for r in direct] == [
+        {k: v for k, v in r.items() if k != billed} for r in full
+    ]
+    for direct_row, full_row in zip(direct, full, strict=True):
+        assert direct_row[billed] < full_row[billed]
