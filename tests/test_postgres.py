@@ -125,6 +125,47 @@ def test_postgres_is_read_on_one_adbc_connection_without_sqlalchemy(
         assert doc[table] == from_sqlite[table], table
 
 
+def test_a_key_with_quotes_and_backslashes_is_read_as_stored(postgres: Any) -> None:
+    """The columnar read names each key in its query's text (a query with parameters would not
+    be streamed): a key holding a quote and backslashes is read exactly, with its points only,
+    whatever the server's ``standard_conforming_strings``."""
+    import psycopg
+
+    from itwin_report import store
+    from itwin_report.store.points import PointParts
+    from itwin_report.store.postgres import libpq_uri, read_points
+
+    uri = postgres("quoted")
+    run_emulation(OPTIONS, uri)
+    odd = "it's \\ a \\' key"
+    similar = "it's \\\\ a \\' key"  # the same, one backslash doubled
+    worker = str(store.load_experiment(uri, "pg", show_progress=False).runs["run_id"].iloc[0])
+    with psycopg.connect(uri, autocommit=True) as conn:
+        rows = [(odd, 1.5, 7, worker, 3), (similar, 9.0, 7, worker, 3)]
+        conn.cursor().executemany(
+            "INSERT INTO metrics (key, value, timestamp, run_uuid, step, is_nan) "
+            "VALUES (%s, %s, %s, %s, %s, false)",
+            rows,
+        )
+    for conforming in ("on", "off"):
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute(f"ALTER DATABASE quoted SET standard_conforming_strings = {conforming}")
+            (experiment,) = conn.execute(
+                "SELECT experiment_id FROM experiments WHERE name = 'pg'"
+            ).fetchone()
+        # the columnar read itself (a refused query would leave it to the generic read)
+        parts = PointParts([worker], [odd, similar])
+        assert read_points(libpq_uri(uri), experiment, parts, has_is_nan=True), conforming
+        frame, bad = parts.frame()
+        assert not bad.any()
+        assert list(zip(frame["key"], frame["value"], strict=True)) == [(odd, 1.5), (similar, 9.0)]
+        data = store.load_experiment(uri, "pg", show_progress=False, extra_metrics=[odd])
+        points = data.metrics[data.metrics["key"] == odd]
+        assert len(points) == 1, conforming
+        assert str(points["run_id"].iloc[0]) == worker
+        assert (points["value"].iloc[0], points["step"].iloc[0]) == (1.5, 3)
+
+
 def sessions(uri: str) -> int:
     """Sessions PostgreSQL counted for the database of ``uri`` so far (its own included)."""
     import psycopg

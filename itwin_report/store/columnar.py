@@ -137,7 +137,7 @@ def _read(
             try:
                 if options:
                     cursor.adbc_statement.set_options(**options)
-                cursor.execute(sql, list(params))
+                cursor.execute(sql, list(params) if params else None)
                 reader = cursor.fetch_record_batch()
             except Exception:  # any refusal of the driver: sqlite3 reads the same rows
                 return False

@@ -32,6 +32,14 @@ def libpq_uri(uri: str) -> str | None:
     return f"postgresql://{rest}"
 
 
+def text_literal(text: str) -> str:
+    """``text`` as a PostgreSQL escape-string literal (``E'...'``): the same text whatever the
+    server's ``standard_conforming_strings``."""
+    if "\0" in text:
+        raise ValueError("PostgreSQL text holds no NUL character")
+    return "E'" + text.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
 def read_points(
     uri: str, experiment_id: Any, parts: PointParts, has_is_nan: bool, connection: Any = None
 ) -> bool:
@@ -42,15 +50,16 @@ def read_points(
     import pyarrow.compute as pc
 
     nan = "CASE WHEN m.is_nan THEN 1 ELSE 0 END" if has_is_nan else "0"
-    sql = (
-        f"SELECT m.run_uuid, m.value, m.step, m.timestamp, {nan} FROM metrics m "
-        "JOIN runs r ON r.run_uuid = m.run_uuid WHERE r.experiment_id = $1 AND m.key = $2"
-    )
     ids = pa.array(list(parts.run_ids), type=pa.string())
     try:
         experiment = int(experiment_id)
     except (TypeError, ValueError):
         return False
+    sql = (
+        f"SELECT m.run_uuid, m.value, m.step, m.timestamp, {nan} FROM metrics m "
+        f"JOIN runs r ON r.run_uuid = m.run_uuid WHERE r.experiment_id = {experiment} "
+        "AND m.key = {key}"
+    )
 
     def consume(key: int, batch: Any) -> None:
         run, value, step, stamp, is_nan = (batch.column(i) for i in range(5))
@@ -71,8 +80,12 @@ def read_points(
         stamps = np.array(stamp.to_numpy(), dtype=np.int64)
         parts.add(codes, key, values, steps, stamps, np.zeros(len(codes), dtype=bool))
 
+    # literals, not parameters: the driver streams a query without parameters through
+    # ``COPY ... TO STDOUT`` batch by batch, while one with parameters is read whole into
+    # libpq's memory first (a 2 M-point key: 600 MiB against 155 MiB, and no overlap of the
+    # server's work with the batches' conversion here)
     queries: Sequence[tuple[Any, str, Sequence[Any]]] = [
-        (i, sql, [experiment, k]) for i, k in enumerate(parts.keys)
+        (i, sql.format(key=text_literal(k)), []) for i, k in enumerate(parts.keys)
     ]
     setup: list[tuple[str, Sequence[Any]]] = [] if connection is not None else [(READ_ONLY, ())]
     return read_batches(uri, setup, queries, consume, database="postgresql", connection=connection)
