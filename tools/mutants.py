@@ -351,7 +351,7 @@ MUTANTS = (
     Mutant(
         "M40",
         "a configuration whose runs no longer reach the target passes compare",
-        "itwin_report/analysis/comparison.py",
+        "itwin_report/analysis/comparison/compare.py",
         "return self.baseline[0] > 0 and self.current[0] == 0",
         "return self.baseline[0] == 0 and self.current[0] > 0",
         ("tests/test_compare_target.py",),
