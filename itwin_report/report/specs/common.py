@@ -99,3 +99,8 @@ def scaled(factor: float, fmt: str, unit: str) -> Any:
 
 
 GBPS = number(".1f", " GB/s")
+
+
+def evidence_column(description: str) -> Column:
+    """A verdict's evidence: kept in CSV and JSON, listed under the table, never a column."""
+    return Column("evidence", "str", None, text, right=False, description=description)

@@ -20,6 +20,7 @@ from itwin_report.report.specs.common import (
     SECONDS,
     SPEEDUP,
     base_columns,
+    evidence_column,
     interval_columns,
     key_columns,
 )
@@ -149,14 +150,7 @@ THROUGHPUT = TableSpec(
             right=False,
             description="Where throughput comes from: performance.json, rate metrics, epoch time.",
         ),
-        Column(
-            "evidence",
-            "str",
-            None,
-            text,
-            right=False,
-            description="The verdict's evidence, listed under the table.",
-        ),
+        evidence_column("The verdict's evidence, listed under the table."),
     ),
 )
 

@@ -13,6 +13,7 @@ from itwin_report.report.specs.common import (
     GBPS,
     PERCENT,
     SECONDS,
+    evidence_column,
     key_columns,
     scaled,
 )
@@ -88,14 +89,7 @@ TIME_BREAKDOWN = TableSpec(
             "configuration: a straggler, the input pipeline, fixed per-epoch overhead, "
             "communication or computation (docs/traces.md).",
         ),
-        Column(
-            "evidence",
-            "str",
-            None,
-            text,
-            right=False,
-            description="The numbers that decide the verdict, listed under the table.",
-        ),
+        evidence_column("The numbers that decide the verdict, listed under the table."),
     ),
 )
 
@@ -188,13 +182,6 @@ COMMUNICATION = TableSpec(
             "(large messages' busbw at 70 % of β or more), or undecided (what is missing); "
             "near the line where the exposed share's interval holds its line.",
         ),
-        Column(
-            "evidence",
-            "str",
-            None,
-            text,
-            right=False,
-            description="The numbers that decide the verdict, listed under the table.",
-        ),
+        evidence_column("The numbers that decide the verdict, listed under the table."),
     ),
 )
