@@ -15,44 +15,44 @@ client, per run and key, but only for keys the run has logged.
 from __future__ import annotations
 
 import threading
-from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote
 
 import numpy as np
 import pandas as pd
 
 from itwin_report.data.frames import STR
 from itwin_report.data.rundata import metric_keys
+from itwin_report.store.api_artifacts import SHARED_BY, ApiArtifacts, shared_folders
 from itwin_report.store.http_cache import CacheSettings, HttpCache, run_signature
 from itwin_report.store.rest import (
-    ARTIFACTS_PATH,
     EXPERIMENTS_PATH,
     HISTORY_PATH,
     PAGE_SIZE,
-    RETRIED_STATUS,
     RUNS_PATH,
     HttpLimits,
     HttpSession,
     Malformed,
     http_detail,
     objects,
-    proxied_path,
     run_record,
     split_token,
     text,
 )
 from itwin_report.store.tree import RAW_RUN_COLUMNS
-from itwin_report.store.uri import HTTP, mask_uri, store_kind
-from itwin_report.util.errors import StoreError
+from itwin_report.store.uri import HTTP, store_kind
 from itwin_report.util.escape import shorten
 from itwin_report.util.progress import Advance
 
-__all__ = ["ApiReader", "HttpSession", "bulk_batches", "http_detail", "split_token"]
+__all__ = [
+    "ApiReader",
+    "HttpSession",
+    "bulk_batches",
+    "http_detail",
+    "shared_folders",
+    "split_token",
+]
 
 BULK_PATH = "/ajax-api/2.0/mlflow/metrics/get-history-bulk"
 PROBE_PATH = EXPERIMENTS_PATH
@@ -62,7 +62,6 @@ MAX_REQUEST_LINE = 2_000  # bytes of "GET <path>?<query> HTTP/1.1"; gunicorn ref
 # requests in flight: the worker processes of ``mlflow server`` by default (its --workers, 4
 # in MLflow 3.x under uvicorn and 2.x under gunicorn); more only queue at the server
 SERVER_WORKERS = 4
-SHARED_BY = 4  # runs whose artifact roots share a folder before it is listed instead of asked
 THREADS = 4  # MLflow's client, one run and key per call (stores other than HTTP)
 METRIC_FRAME = ["run_id", "key", "step", "value", "timestamp"]
 
@@ -84,31 +83,6 @@ def bulk_batches(base: str, ids: Sequence[str], key: str) -> Iterator[list[str]]
         size += cost
     if batch:
         yield batch
-
-
-def shared_folders(artifact_uris: Sequence[str], at_least: int) -> dict[str, tuple[str, str]]:
-    """``{artifact URI: (folder, name)}`` for runs whose artifacts sit behind the server's proxy.
-
-    ``folder`` is the deepest folder above the run's artifact root that holds the roots of
-    ``at_least`` runs or more (MLflow's ``<experiment id>``), ``name`` the entry of that folder
-    on the way to the root (the run's id): when the folder lacks it, the run has no artifacts.
-    """
-    locations = {}
-    for uri in dict.fromkeys(artifact_uris):
-        proxied = proxied_path(uri, "")
-        if proxied is not None:
-            locations[uri] = unquote(proxied.removeprefix(ARTIFACTS_PATH)).strip("/").split("/")
-    counts = Counter(
-        "/".join(parts[:depth]) for parts in locations.values() for depth in range(len(parts))
-    )
-    out = {}
-    for uri, parts in locations.items():
-        for depth in range(len(parts) - 1, -1, -1):
-            folder = "/".join(parts[:depth])
-            if counts[folder] >= at_least:
-                out[uri] = (folder, parts[depth])
-                break
-    return out
 
 
 def points_frame(answer: Any, key: str) -> pd.DataFrame:
@@ -185,7 +159,7 @@ def combine(frames: list[pd.DataFrame], run_ids: Sequence[str]) -> pd.DataFrame:
     )
 
 
-class ApiReader:
+class ApiReader(ApiArtifacts):
     """Experiments, runs, metrics and artifacts through an MLflow server's REST API, or through
     MLflow's client for the other stores it reads.
 
@@ -229,15 +203,6 @@ class ApiReader:
         """Release the HTTP session."""
         if self.http is not None:
             self.http.close()
-
-    @contextmanager
-    def _shape(self, what: str) -> Iterator[None]:
-        """A :class:`Malformed` answer as one line naming the server."""
-        try:
-            yield
-        except Malformed as exc:
-            assert self.http is not None
-            raise self.http.malformed(what, str(exc)) from None
 
     def experiments(self) -> list[tuple[Any, str, int]]:
         """``(id, name, 1 when it has live runs)`` of the live experiments."""
@@ -419,120 +384,3 @@ class ApiReader:
         if rest:
             parts.append(self._bulk(rest, key))
         return pd.concat(parts, ignore_index=True)
-
-    def remote_artifact(self, artifact_uri: str, path: str) -> bytes | None:
-        """One artifact's bytes, None when the run has none.
-
-        Artifacts behind the server's artifact proxy come in one request each; any other
-        location (a bucket, another server) through MLflow's client.
-        """
-        from itwin_report.store.artifacts import MAX_ARTIFACT_BYTES, SkippedArtifact, read_capped
-
-        proxied = proxied_path(artifact_uri, path) if self.http is not None else None
-        if proxied is None:
-            import tempfile
-
-            from itwin_report.store import mlflow_api
-
-            with tempfile.TemporaryDirectory(prefix="itwin-report-") as tmp:
-                local = mlflow_api.download_artifact(self.uri, artifact_uri, path, tmp)
-                return read_capped(Path(local)) if local is not None else None
-        assert self.http is not None
-        if not self._may_exist(artifact_uri):
-            return None
-        what = f"download {path}"
-        retried = [s for s in RETRIED_STATUS if s != 500]  # MLflow 2.x: 500 for a missing file
-        answer = self.http.send("GET", proxied, what, ok=(200, 404, 500), retried=retried)
-        if answer.status_code == 404:
-            answer.close()
-            return None
-        if answer.status_code == 500:
-            said = self.http.text(answer, what)
-            if not self._listed(proxied):
-                return None
-            detail = http_detail(500, answer.reason or "", "application/json", said)
-            raise StoreError(f"cannot {what} in {mask_uri(self.http.base)}: {detail}")
-        data = self.http.body(answer, what, MAX_ARTIFACT_BYTES, cut=True)
-        if len(data) > MAX_ARTIFACT_BYTES:
-            raise SkippedArtifact(f"more than the {MAX_ARTIFACT_BYTES:,}-byte cap")
-        return bytes(data)
-
-    def expect_artifacts(self, artifact_uris: Sequence[str]) -> None:
-        """Runs known without asking the server for them (their artifact roots, as loaded):
-        :meth:`traces_under` then skips those whose folder the shared one lacks."""
-        if self.http is not None:
-            self._shared = shared_folders(list(artifact_uris), SHARED_BY)
-
-    def traces_under(
-        self, artifact_uri: str, wanted: Callable[[str], bool], max_depth: int
-    ) -> list[str] | None:
-        """Paths under ``artifact_uri`` of the files ``wanted`` accepts, at most ``max_depth``
-        folders down, listed through the server (a request per folder; none for a run whose
-        folder is absent from the shared one); None when its artifacts are not behind this
-        server's proxy."""
-        if self.http is None or proxied_path(artifact_uri, "") is None:
-            return None
-        if not self._may_exist(artifact_uri):
-            return []
-        found: list[str] = []
-        folders = [("", 0)]
-        while folders:
-            folder, depth = folders.pop()
-            for path, is_dir in self.list_artifacts(artifact_uri, folder) or []:
-                if is_dir:
-                    if depth + 1 < max_depth:
-                        folders.append((path, depth + 1))
-                elif wanted(path.rsplit("/", 1)[-1]):
-                    found.append(path)
-        return sorted(found)
-
-    def _may_exist(self, artifact_uri: str) -> bool:
-        """False when the folder many runs' artifacts share lacks this run's: nothing to ask.
-
-        That folder (MLflow's ``<experiment>/``) is listed once, when first needed; a folder
-        that cannot be listed tells nothing.
-        """
-        shared = self._shared.get(artifact_uri)
-        if shared is None:
-            return True
-        folder, child = shared
-        with self._listing_lock:
-            if folder not in self._listings:
-                try:
-                    proxied = f"{ARTIFACTS_PATH}/{quote(folder)}".rstrip("/")
-                    names = {n for n, _ in self._listing(proxied, "list artifacts")}
-                except StoreError:
-                    names = None
-                self._listings[folder] = names
-            names = self._listings[folder]
-        return names is None or child in names
-
-    def list_artifacts(self, artifact_uri: str, folder: str = "") -> list[tuple[str, bool]] | None:
-        """``(path under artifact_uri, is a folder)`` of what ``folder`` holds, in one request.
-
-        None when the artifacts are not behind this server's proxy; an empty list when the
-        folder does not exist.
-        """
-        proxied = proxied_path(artifact_uri, folder) if self.http is not None else None
-        if proxied is None:
-            return None
-        inside = folder.strip("/")
-        return [
-            ("/".join(p for p in (inside, name) if p), is_dir)
-            for name, is_dir in self._listing(proxied, f"list {inside or 'artifacts'}")
-        ]
-
-    def _listed(self, proxied: str) -> bool:
-        """Whether the server's listing of the artifact's folder names it."""
-        folder, _, name = proxied.rpartition("/")
-        return any(n == unquote(name) for n, _ in self._listing(folder, "list artifacts"))
-
-    def _listing(self, proxied: str, what: str) -> list[tuple[str, bool]]:
-        """(name, is a folder) of the entries of the proxied folder ``proxied``."""
-        assert self.http is not None
-        location = unquote(proxied.removeprefix(ARTIFACTS_PATH).lstrip("/"))
-        listing = self.http.get(ARTIFACTS_PATH, {"path": location}, what)
-        with self._shape(what):
-            files = objects(listing.get("files"), "files")
-            entries = [(text(f.get("path"), "path"), f.get("is_dir")) for f in files]
-        return [(path.rpartition("/")[2], bool(is_dir)) for path, is_dir in entries if path]
