@@ -62,6 +62,8 @@ GOAL = 3.0  # HTTP wall time / direct wall time
 REPEAT_GOAL = 1.5  # the second report through the server (its cache warm) / direct
 # MLflow's request timeout for the HTTP side: a loaded machine must not fail the benchmark
 HTTP_ENV = {"MLFLOW_HTTP_REQUEST_TIMEOUT": "60"}
+# the whole read's deadline (--timeout, 60 s by default): 10,000 runs through a server take minutes
+WHOLE_READ = ["--timeout", "1800"]
 
 
 def _free_port() -> int:
@@ -230,6 +232,7 @@ def through_server(
     database server behind it so far."""
     with mlflow_server(db, folder) as server:
         cmd = [*REPORT, "bench", "--tracking-uri", server.url, "-q", "--no-plots", "--no-cache"]
+        cmd += WHOLE_READ
         best: Served | None = None
         made = 0
         while made < repeats:
@@ -257,7 +260,7 @@ def repeat_read(db: Path, direct_json: str) -> tuple[Measure, Measure, bool]:
     import tempfile
 
     with tempfile.TemporaryDirectory() as cache, mlflow_server(db) as server:
-        cmd = [*REPORT, "bench", "--tracking-uri", server.url, "-q", "--no-plots"]
+        cmd = [*REPORT, "bench", "--tracking-uri", server.url, "-q", "--no-plots", *WHOLE_READ]
         cmd += ["--format", "json", "--cache-dir", cache]
         first, first_out = measure(cmd, env=HTTP_ENV)
         again = [measure(cmd, env=HTTP_ENV) for _ in range(REPEATS)]

@@ -91,3 +91,33 @@ gpfs1 /p/project gpfs rw 0 0
 )
 def test_filesystem_type(path: str, kind: str) -> None:
     assert filesystem_type(path, MOUNTS) == kind
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("categorical_runs", [False, True])
+def test_code_sums_match_a_pandas_group_by(seed: int, categorical_runs: bool) -> None:
+    """Points, sums and counts of numbers per (run, key) as pandas' group-by gives them:
+    missing keys left out, NaN counted as a point but neither summed nor counted as a
+    number; with few possible groups (bins per group) and with many (bins of present ones)."""
+    from itwin_report.data.frames import code_sums, coded
+
+    frame = _points(seed)
+    frame.loc[frame.index % 17 == 3, "key"] = None  # missing: a group-by leaves them out
+    frame["value"] = frame["value"].replace(np.inf, 4.0)
+    if categorical_runs:
+        frame["run_id"] = frame["run_id"].astype("category")
+    (run, runs), (key, keys) = coded(frame["run_id"]), coded(frame["key"])
+    expected = frame.groupby(["run_id", "key"], observed=True)["value"].agg(
+        ["size", "sum", "count"]
+    )
+    for spread in (1, 10_000):  # 10,000 possible keys per run: more groups than points
+        found, points, sums, counts = code_sums(
+            [(run, len(runs)), (key, len(keys) * spread)], frame["value"].to_numpy()
+        )
+        got = pd.DataFrame(
+            {"size": points, "sum": sums, "count": counts},
+            index=pd.MultiIndex.from_arrays([runs[found[0]], keys[found[1]]]),
+        )
+        assert len(got) == len(expected)
+        for (r, k), row in expected.iterrows():
+            assert tuple(got.loc[(str(r), k)]) == pytest.approx(tuple(row)), (r, k)

@@ -276,3 +276,47 @@ def test_a_folder_is_listed_only_when_runs_share_it() -> None:
     assert shared[few[0]] == ("", "2")
     assert not set(elsewhere) & set(shared)  # not behind this server's proxy
     assert api_reader.shared_folders(few, at_least=4) == {}
+
+
+def test_run_pages_asked_ahead_are_the_pages_asked_in_turn(
+    mlflow_server: tuple[str, str], bulk_store: dict
+) -> None:
+    """MLflow's page tokens are offsets: the pages after the first are asked for together,
+    and the runs come back as one page after the other gives them, each once, in order."""
+    import threading
+
+    from itwin_report.store.http import HttpSession
+    from itwin_report.store.paging import offset_token, search_pages
+
+    url, _ = mlflow_server
+    http = HttpSession(url)
+    try:
+        found = http.json("POST", rest.EXPERIMENTS_PATH, None, body={"max_results": 100})
+        (experiment,) = [
+            e["experiment_id"] for e in found["experiments"] if e["name"] == "http-bulk"
+        ]
+        body = {"experiment_ids": [experiment], "max_results": 40}  # 150 runs: 4 pages
+        asked: list[tuple[str | None, str]] = []
+        plain_json = http.json
+
+        def json(method: str, path: str, what: Any, **kwargs: Any) -> dict[str, Any]:
+            token = (kwargs.get("body") or {}).get("page_token")
+            asked.append((token, threading.current_thread().name))
+            return plain_json(method, path, what, **kwargs)
+
+        http.json = json  # type: ignore[method-assign]
+        in_turn = [
+            r["info"]["run_id"] for r in search_pages(http, rest.RUNS_PATH, body, "runs", "s")
+        ]
+        assert len(asked) == 4 and all(name == threading.current_thread().name for _, name in asked)
+        asked.clear()
+        ahead = search_pages(http, rest.RUNS_PATH, body, "runs", "search runs", ahead=4)
+        assert [r["info"]["run_id"] for r in ahead] == in_turn
+    finally:
+        http.close()
+    assert sorted(in_turn) == sorted(bulk_store["ids"]) and len(set(in_turn)) == 150
+    # the first page alone, then pages 2 to 4 (and beyond the end) from the helper threads
+    assert asked[0] == (None, threading.current_thread().name)
+    helpers = {token for token, name in asked if name.startswith("itwin-report-pages")}
+    assert {offset_token(40), offset_token(80), offset_token(120)} <= helpers
+    assert len(asked) <= 1 + 4 + 3  # at most the pages ahead past the end are spent

@@ -420,6 +420,22 @@ MUTANTS = (
         "volume = (n - 1) / n * self.gradient_bytes",
         ("tests/test_comm_model.py",),
     ),
+    Mutant(
+        "M49",
+        "a group's NaN points counted as numbers, so its mean is too low",
+        "itwin_report/data/frames.py",
+        "counts = points - np.bincount(group[nan], minlength=size)",
+        "counts = points",
+        ("tests/test_frames.py",),
+    ),
+    Mutant(
+        "M50",
+        "every rank's points pooled as one rank's, so no rank can lag",
+        "itwin_report/report/stragglers.py",
+        "entry = totals.setdefault((job_rank[0], str(key_names[k]), job_rank[1]), [0.0, 0])",
+        "entry = totals.setdefault((job_rank[0], str(key_names[k]), 0), [0.0, 0])",
+        ("tests/test_traces_report.py", "tests/test_categorical_tables.py", "tests/test_cli.py"),
+    ),
 )
 
 

@@ -273,3 +273,44 @@ def join_runs(points: pd.DataFrame, runs: pd.DataFrame, columns: Sequence[str]) 
     out = {c: kept[c].array for c in kept.columns}
     out.update({c: runs[c].array.take(row) for c in wanted})  # a column at a time
     return pd.DataFrame(out, copy=False)  # no copy of the points' columns
+
+
+def code_sums(
+    levels: Sequence[tuple[np.ndarray, int]], values: np.ndarray
+) -> tuple[list[np.ndarray], np.ndarray, np.ndarray, np.ndarray]:
+    """Per group of points, a group being one combination of codes (``levels``: per level the
+    points' codes, as :func:`coded` gives them, and how many values they code; a point with a
+    missing code, -1, is left out as a group-by leaves it): (each present group's code per
+    level, its points, the sum and the count of its values that are numbers).
+
+    One integer per point and one bin per group: a group-by of millions of points held copies
+    of their columns and of its own keys at once.
+    """
+    group = np.zeros(len(values), dtype=np.int64)
+    missing = np.zeros(len(values), dtype=bool)
+    size = 1
+    for codes, count in levels:
+        group *= count
+        group += codes
+        missing |= codes < 0
+        size *= count
+    if missing.any():
+        group, values = group[~missing], values[~missing]
+    ids = None  # each bin's group, where the bins are not the groups themselves
+    if size > len(group) + 1024:  # more groups possible than points: bins of present ones
+        ids, group = np.unique(group, return_inverse=True)
+        size = len(ids)
+    points = np.bincount(group, minlength=size)
+    nan = np.isnan(values)
+    if nan.any():
+        sums = np.bincount(group[~nan], weights=values[~nan], minlength=size)
+        counts = points - np.bincount(group[nan], minlength=size)
+    else:
+        sums, counts = np.bincount(group, weights=values, minlength=size), points
+    at = np.flatnonzero(points)
+    found = at if ids is None else ids[at]
+    per_level = []
+    for _, count in reversed(levels):
+        found, code = np.divmod(found, count)
+        per_level.append(code)
+    return per_level[::-1], points[at], sums[at], counts[at]

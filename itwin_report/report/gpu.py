@@ -23,11 +23,13 @@ comes from the per-run values, as epoch time's does.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pandas as pd
 
 from itwin_report.analysis.intervals import mean_interval
-from itwin_report.data.frames import isin, present, rows_where, text_index
+from itwin_report.data.frames import code_sums, coded, isin, present, rows_where, text_index
 from itwin_report.data.rundata import GPU_ENERGY, GPU_POWER, GPU_UTIL, RunData
 from itwin_report.report import specs as tables
 from itwin_report.report.common import configurations, finish, label, points
@@ -205,14 +207,24 @@ def job_energy(energy: pd.DataFrame) -> pd.DataFrame:
     return per_job
 
 
-def _config_stats(frame: pd.DataFrame) -> dict[tuple[str, int], tuple[float, set[str]]]:
-    """Per configuration: (mean sample value, the jobs that have samples)."""
-    stats = frame.groupby(["strategy", "workers"], observed=True).agg(
-        mean=("value", "mean"), jobs=("job_id", "unique")
-    )
+def _config_stats(*parts: pd.DataFrame) -> dict[tuple[str, int], tuple[float, set[str]]]:
+    """Per configuration, over the points of every part: (mean sample value, the jobs that
+    have samples; the mean skips NaN, the jobs count those points too), summed on codes
+    (:func:`~itwin_report.data.frames.code_sums`), part by part."""
+    totals: dict[tuple[str, int], list[Any]] = {}  # configuration -> [sum, count, jobs]
+    for frame in parts:
+        coded_columns = [coded(frame[c]) for c in ("strategy", "workers", "job_id")]
+        levels = [(codes, len(values)) for codes, values in coded_columns]
+        found, _, sums, counts = code_sums(levels, frame["value"].to_numpy(dtype="float64"))
+        (_, strategies), (_, workers), (_, jobs) = coded_columns
+        for s, w, j, total, count in zip(*found, sums, counts, strict=True):
+            entry = totals.setdefault((str(strategies[s]), int(workers[w])), [0.0, 0, set()])
+            entry[0] += total
+            entry[1] += count
+            entry[2].add(str(jobs[j]))
     return {
-        (str(s), int(w)): (float(m), {str(j) for j in jobs})
-        for (s, w), m, jobs in zip(stats.index, stats["mean"], stats["jobs"], strict=True)
+        key: (float(total / count) if count else float("nan"), jobs)
+        for key, (total, count, jobs) in totals.items()
     }
 
 
@@ -244,7 +256,7 @@ def gpu_table(data: RunData) -> tuple[pd.DataFrame, list[str]]:
     warnings += more
     stats = {
         name: _config_stats(
-            pd.concat([_without(points(data, key, CONFIG_COLUMNS), skip), of_system(samples, name)])
+            _without(points(data, key, CONFIG_COLUMNS), skip), of_system(samples, name)
         )
         for name, key in ((POWER, GPU_POWER), (UTIL, GPU_UTIL))
     }

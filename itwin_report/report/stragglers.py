@@ -9,12 +9,12 @@ nothing alone. Nodes come from the ``hostname`` param.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from itwin_report.analysis.outliers import MIN_RANKS, lagging
-from itwin_report.data.frames import isin, join_runs
+from itwin_report.data.frames import code_sums, coded, isin
 from itwin_report.data.rundata import EPOCH_TIME, GPU_UTIL, RATE, RunData
-from itwin_report.report.common import coded_runs
 
 # (metric key, words, unit, lower is slower)
 MEASURES = (
@@ -29,19 +29,7 @@ def metric_stragglers(data: RunData) -> pd.DataFrame:
     """One row per straggling rank or node per job and measure (empty when none lags)."""
     runs = data.runs[["run_id", "job_id", "strategy", "workers", "rank", "hostname"]]
     keys = [key for key, *_ in MEASURES]
-    metrics = data.metrics
-    wanted = metrics.loc[isin(metrics["key"], keys), ["run_id", "key", "value"]]
-    # one mean per (job, key, rank), computed in one grouping (never a scan per job), on codes
-    columns = ["run_id", "job_id", "rank"]
-    joined = join_runs(wanted, coded_runs(runs[columns], ("job_id",)), columns)
-    del wanted
-    means_all = joined.groupby(["job_id", "key", "rank"], observed=True)["value"].mean()
-    del joined
-    # per job, key and rank (in rank order): the mean, as plain dicts read once
-    by_job: dict[str, dict[str, dict[int, float]]] = {}
-    levels = [means_all.index.get_level_values(i) for i in range(3)]
-    for job, key, rank, mean in zip(*levels, means_all.to_numpy(), strict=True):
-        by_job.setdefault(str(job), {}).setdefault(str(key), {})[int(rank)] = float(mean)
+    by_job = _rank_means(data, runs, keys)
     rows = []
     for (job, strategy, workers), ranks in runs.groupby(
         ["job_id", "strategy", "workers"], sort=True
@@ -59,3 +47,35 @@ def metric_stragglers(data: RunData) -> pd.DataFrame:
                 for found in lagging(values, words, nodes, lower_is_slower=lower)
             ]
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _rank_means(
+    data: RunData, runs: pd.DataFrame, keys: list[str]
+) -> dict[str, dict[str, dict[int, float]]]:
+    """Per job, key and rank (in rank order): the mean of the worker runs' points, NaN where
+    none is a number. Summed per run and key on codes (never a copy of the points joined to
+    their runs), then per job and rank."""
+    metrics = data.metrics
+    wanted = isin(metrics["key"], keys)
+    (run, run_ids), (key, key_names) = (coded(metrics[c]) for c in ("run_id", "key"))
+    run = np.where(wanted, run, -1)
+    found, _, sums, counts = code_sums(
+        [(run, len(run_ids)), (key, len(key_names))], metrics["value"].to_numpy(dtype="float64")
+    )
+    of_run = {  # a run without a job or rank is left out, as a group-by leaves it
+        str(r): (str(j), int(k))
+        for r, j, k in zip(runs["run_id"], runs["job_id"], runs["rank"], strict=True)
+        if pd.notna(j) and pd.notna(k)
+    }
+    totals: dict[tuple[str, str, int], list[float]] = {}
+    for r, k, total, count in zip(*found, sums, counts, strict=True):
+        job_rank = of_run.get(str(run_ids[r]))
+        if job_rank is not None:
+            entry = totals.setdefault((job_rank[0], str(key_names[k]), job_rank[1]), [0.0, 0])
+            entry[0] += total
+            entry[1] += count
+    by_job: dict[str, dict[str, dict[int, float]]] = {}
+    for (job, name, rank), (total, count) in sorted(totals.items()):
+        mean = float(total / count) if count else float("nan")
+        by_job.setdefault(job, {}).setdefault(name, {})[rank] = mean
+    return by_job

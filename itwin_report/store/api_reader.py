@@ -26,6 +26,7 @@ from itwin_report.data.frames import STR
 from itwin_report.data.rundata import metric_keys
 from itwin_report.store.api_artifacts import SHARED_BY, ApiArtifacts, shared_folders
 from itwin_report.store.http_cache import CacheSettings, HttpCache, run_signature
+from itwin_report.store.paging import search_pages
 from itwin_report.store.rest import (
     EXPERIMENTS_PATH,
     HISTORY_PATH,
@@ -216,7 +217,7 @@ class ApiReader(ApiArtifacts):
             found = [
                 (text(e.get("experiment_id"), "experiment_id"), text(e.get("name"), "name"))
                 for e in objects(
-                    list(self.http.pages(EXPERIMENTS_PATH, body, "experiments", what)),
+                    list(search_pages(self.http, EXPERIMENTS_PATH, body, "experiments", what)),
                     "experiments",
                 )
             ]
@@ -248,7 +249,9 @@ class ApiReader(ApiArtifacts):
                 "max_results": PAGE_SIZE,
                 "run_view_type": "ACTIVE_ONLY",
             }
-            pages = self.http.pages(RUNS_PATH, body, "runs", "search runs")
+            pages = search_pages(
+                self.http, RUNS_PATH, body, "runs", "search runs", ahead=SERVER_WORKERS
+            )
             found = []
             wanted = metric_keys(self.extra_keys)
             with self._shape("search runs"):
@@ -346,7 +349,7 @@ class ApiReader(ApiArtifacts):
         assert self.http is not None
         what = f"read metric {key} of run {run_id}"
         query = {"run_id": run_id, "metric_key": key, "max_results": BULK_MAX_POINTS}
-        pages = self.http.pages(HISTORY_PATH, query, "metrics", what, method="GET")
+        pages = search_pages(self.http, HISTORY_PATH, query, "metrics", what, method="GET")
         with self._shape(what):
             points = [{**p, "run_id": run_id} for p in objects(list(pages), "metrics")]
             return points_frame(points, key)

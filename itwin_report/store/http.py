@@ -22,7 +22,6 @@ Light module: ``requests`` is imported when a session opens.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
 import math
 import os
@@ -33,7 +32,7 @@ import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -431,35 +430,6 @@ class HttpSession:
     ) -> dict[str, Any]:
         """The JSON answer of ``GET base+path``; StoreError on transport or HTTP errors."""
         return self.json("GET", path, what, params=params, retry=retry)
-
-    def pages(
-        self, path: str, query: dict[str, Any], field: str, what: str, method: str = "POST"
-    ) -> Iterable[Any]:
-        """Every item of ``field`` over all pages of a search (POSTed, or GET with ``query``
-        as parameters), at most :attr:`HttpLimits.max_pages` pages."""
-        token: str | None = None
-        seen: set[str] = set()
-        for number in itertools.count(1):
-            if number > self.limits.max_pages:
-                raise StoreError(
-                    f"MLflow server at {self.where} kept sending pages to {what} "
-                    f"(more than {self.limits.max_pages:,}): stopped"
-                )
-            asked = {**query, **({"page_token": token} if token else {})}
-            if method == "POST":
-                page = self.json("POST", path, what, body=asked)
-            else:
-                page = self.json("GET", path, what, params=asked)
-            items = page.get(field)
-            if items is not None and not isinstance(items, list):
-                raise self.malformed(what, f"'{field}' is not a list")
-            yield from items or []
-            token = page.get("next_page_token")
-            if not token:
-                return
-            if not isinstance(token, str) or token in seen:
-                raise self.malformed(what, "a next_page_token that is not new text")
-            seen.add(token)
 
     def _back_off(self, attempt: int) -> None:
         """MLflow's (urllib3's) pause before retry ``attempt`` (none first, then doubling),
