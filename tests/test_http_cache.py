@@ -361,3 +361,32 @@ def test_cache_options_on_the_command_line(tmp_path: Path, scaling_sqlite: Any) 
     assert not cache.exists()
     bad = runner.invoke(main, ["compare", "a.json", "b.json", "--cache-size", "-3"])
     assert bad.exit_code == 2
+
+
+def test_only_the_pairs_still_valid_come_back(tmp_path: Path) -> None:
+    """Three runs and two keys cached; one run changed and one key not asked: the points
+    that come back are those of the valid (run, key) pairs, each once, as they were stored."""
+    sig = {"r": "1", "s": "1", "t": "1"}
+    cache = HttpCache(CacheSettings(tmp_path), "http://h:1")
+    cache.lookup("e", {}, sig)
+    points = pd.concat(
+        [
+            frame(run, 4).assign(key=key, value=lambda f, o=o: f["value"] + o)
+            for o, (run, key) in enumerate([(r, k) for r in "rst" for k in ("a", "b")])
+        ]
+    )
+    cache.store("e", points, {r: ["a", "b"] for r in "rst"}, sig)
+    again = HttpCache(CacheSettings(tmp_path), "http://h:1")
+    wanted = {"r": ["a", "b"], "s": ["a"], "t": ["a", "b"]}
+    cached, covered = again.lookup("e", wanted, {**sig, "t": "2"})  # t changed since
+    assert covered == {("r", "a"), ("r", "b"), ("s", "a")}
+    assert cached is not None
+    columns = (cached["run_id"].astype(str), cached["key"].astype(str), cached["value"])
+    got = sorted(zip(*columns, strict=True))
+    expected = sorted(
+        (r, k, float(step + o))
+        for o, (r, k) in enumerate([(r, k) for r in "rst" for k in ("a", "b")])
+        if (r, k) in covered
+        for step in range(4)
+    )
+    assert got == expected

@@ -139,6 +139,14 @@ def coded(column: pd.Series) -> tuple[np.ndarray, pd.Index]:
     return codes, pd.Index(uniques)
 
 
+def positions(column: pd.Series, index: pd.Index) -> np.ndarray:
+    """Per row, the position of its value (as text) in ``index``; -1 where it is missing or
+    not there. Each distinct value is looked up once (a categorical's codes are never hashed)."""
+    codes, values = coded(column)
+    where = np.append(index.get_indexer(pd.Index([str(v) for v in values], dtype=object)), -1)
+    return where[codes]  # code -1 (missing) takes the appended -1
+
+
 def value_codes(column: pd.Series) -> np.ndarray:
     """Integer codes of ``column``, equal where the values are equal and ordered as they are
     (missing values last)."""

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from itwin_report.data.frames import STR
+from itwin_report.data.frames import STR, positions
 from itwin_report.data.rundata import metric_keys
 from itwin_report.store.api_artifacts import SHARED_BY, ApiArtifacts, shared_folders
 from itwin_report.store.http_cache import CacheSettings, HttpCache, run_signature
@@ -63,6 +63,9 @@ MAX_REQUEST_LINE = 2_000  # bytes of "GET <path>?<query> HTTP/1.1"; gunicorn ref
 # requests in flight: the worker processes of ``mlflow server`` by default (its --workers, 4
 # in MLflow 3.x under uvicorn and 2.x under gunicorn); more only queue at the server
 SERVER_WORKERS = 4
+# runs per search request: the server spends about 1 ms of CPU per run on a page, so pages of
+# 250 asked 4 at a time (MLflow's tokens are offsets) keep both cores busy from the first one
+RUN_PAGE = 250
 THREADS = 4  # MLflow's client, one run and key per call (stores other than HTTP)
 METRIC_FRAME = ["run_id", "key", "step", "value", "timestamp"]
 
@@ -140,11 +143,9 @@ def combine(frames: list[pd.DataFrame], run_ids: Sequence[str]) -> pd.DataFrame:
     if not frames:
         return pd.DataFrame(columns=METRIC_FRAME)
     runs = pd.Index(sorted(set(run_ids)), dtype=STR)
-    keys = pd.Index(sorted({k for f in frames for k in f["key"].unique()}), dtype=STR)
-    run_codes = np.concatenate(
-        [runs.get_indexer(pd.Index(f["run_id"].astype(str))) for f in frames]
-    )
-    key_codes = np.concatenate([keys.get_indexer(pd.Index(f["key"])) for f in frames])
+    keys = pd.Index(sorted({str(k) for f in frames for k in f["key"].unique()}), dtype=STR)
+    run_codes = np.concatenate([positions(f["run_id"], runs) for f in frames])
+    key_codes = np.concatenate([positions(f["key"], keys) for f in frames])
     known = run_codes >= 0  # a server never answers for runs it was not asked about
     columns = {
         c: np.concatenate([f[c].to_numpy() for f in frames])[known] for c in METRIC_FRAME[2:]
@@ -246,7 +247,7 @@ class ApiReader(ApiArtifacts):
         else:
             body = {
                 "experiment_ids": [str(experiment_id)],
-                "max_results": PAGE_SIZE,
+                "max_results": RUN_PAGE,
                 "run_view_type": "ACTIVE_ONLY",
             }
             pages = search_pages(

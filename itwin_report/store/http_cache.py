@@ -156,7 +156,6 @@ class HttpCache:
     ) -> tuple[pd.DataFrame | None, set[tuple[str, str]]]:
         """(the cached points of ``wanted`` {run: keys} still valid, the (run, key) pairs they
         cover). Runs whose signature changed, or that have not ended, are not covered."""
-        import pandas as pd
 
         self._entries, self._points = self._read(experiment_id)
         covered: set[tuple[str, str]] = set()
@@ -169,10 +168,7 @@ class HttpCache:
             covered.update((run_id, k) for k in keys if k in cached_keys)
         if not covered or self._points is None:
             return None, set()
-        points = self._points
-        pairs = pd.MultiIndex.from_arrays([points["run_id"].astype(str), points["key"].astype(str)])
-        keep = pairs.isin(list(covered))
-        return points[keep], covered
+        return _rows_of(self._points, covered), covered
 
     def store(
         self,
@@ -330,3 +326,21 @@ def _private_dir(path: Path) -> None:
 def _short(exc: BaseException) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:200]
+
+
+def _rows_of(points: pd.DataFrame, pairs: set[tuple[str, str]]) -> pd.DataFrame:
+    """The points whose (run, key) is one of ``pairs`` (``points`` itself when all are): a
+    table of pairs looked up by the columns' codes, never a tuple per point."""
+    import numpy as np
+
+    from itwin_report.data.frames import coded
+
+    (run, runs), (key, keys) = coded(points["run_id"]), coded(points["key"])
+    run_at = {str(r): i for i, r in enumerate(runs)}
+    key_at = {str(k): i for i, k in enumerate(keys)}
+    table = np.zeros((len(runs) + 1, len(keys) + 1), dtype=bool)  # the last: a missing code
+    for r, k in pairs:
+        if r in run_at and k in key_at:
+            table[run_at[r], key_at[k]] = True
+    keep = table[run, key]
+    return points if keep.all() else points[keep]
