@@ -312,11 +312,18 @@ def test_run_pages_asked_ahead_are_the_pages_asked_in_turn(
         asked.clear()
         ahead = search_pages(http, rest.RUNS_PATH, body, "runs", "search runs", ahead=4)
         assert [r["info"]["run_id"] for r in ahead] == in_turn
+        ahead_asked = list(asked)
+        asked.clear()  # a first page of 10 runs, then pages of 40 from offset 10
+        short = search_pages(http, rest.RUNS_PATH, body, "runs", "s", ahead=4, first=10)
+        assert [r["info"]["run_id"] for r in short] == in_turn
     finally:
         http.close()
     assert sorted(in_turn) == sorted(bulk_store["ids"]) and len(set(in_turn)) == 150
     # the first page alone, then pages 2 to 4 (and beyond the end) from the helper threads
-    assert asked[0] == (None, threading.current_thread().name)
-    helpers = {token for token, name in asked if name.startswith("itwin-report-pages")}
+    assert ahead_asked[0] == (None, threading.current_thread().name)
+    helpers = {token for token, name in ahead_asked if name.startswith("itwin-report-pages")}
     assert {offset_token(40), offset_token(80), offset_token(120)} <= helpers
-    assert len(asked) <= 1 + 4 + 3  # at most the pages ahead past the end are spent
+    assert len(ahead_asked) <= 1 + 4 + 3  # at most the pages ahead past the end are spent
+    helpers = {token for token, name in asked if name.startswith("itwin-report-pages")}
+    assert asked[0][0] is None
+    assert {offset_token(10), offset_token(50), offset_token(90), offset_token(130)} <= helpers

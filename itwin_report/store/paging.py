@@ -38,27 +38,33 @@ def search_pages(
     what: str,
     method: str = "POST",
     ahead: int = 0,
+    first: int | None = None,
 ) -> Iterator[Any]:
     """Every item of ``field`` over all pages of a search (POSTed, or GET with ``query`` as
     parameters), at most ``http.limits.max_pages`` pages; ``ahead``: pages asked for at once
-    after the first, where the tokens are offsets (0: one after the other)."""
+    after the first, where the tokens are offsets (0: one after the other). ``first``: the
+    first page's ``max_results``, smaller than ``query``'s so that the pages asked ahead start
+    sooner; the pages after it ask ``query``'s own where the tokens are offsets, else
+    ``first``'s too (the size the server's tokens were given for)."""
+    first_size: dict[str, Any] = {"max_results": first} if first else {}
 
-    def ask(token: str | None) -> dict[str, Any]:
-        asked = {**query, **({"page_token": token} if token else {})}
+    def ask(token: str | None, sized: dict[str, Any]) -> dict[str, Any]:
+        asked = {**query, **sized, **({"page_token": token} if token else {})}
         if method == "POST":
             return http.json("POST", path, what, body=asked)
         return http.json("GET", path, what, params=asked)
 
     def ask_ahead(token: str) -> dict[str, Any] | None:
         try:
-            return ask(token)
+            return ask(token, {})
         except StoreError:  # asked again in turn, where the error is the search's own
             return None
 
     token: str | None = None
+    sized = first_size  # the size the request that gave ``token`` asked for
     seen: set[str] = set()
     offset = 0  # items so far
-    size = 0  # the items of a whole page, once the first page has shown it
+    step = 0  # items per page asked ahead, once the first page showed offset tokens
     pending: dict[str, Future[dict[str, Any] | None]] = {}
     pool = ThreadPoolExecutor(ahead, thread_name_prefix="itwin-report-pages") if ahead else None
     try:
@@ -69,21 +75,20 @@ def search_pages(
                     f"(more than {http.limits.max_pages:,}): stopped"
                 )
             page: dict[str, Any] | None = None
-            if pool is not None and token is not None and size and token == offset_token(offset):
+            if pool is not None and step and token == offset_token(offset):
                 for k in range(ahead):  # this page and the next ones, as their tokens will be
-                    guess = offset_token(offset + k * size)
+                    guess = offset_token(offset + k * step)
                     if guess not in pending:
                         pending[guess] = pool.submit(ask_ahead, guess)
                 page = pending.pop(token).result()
+                sized = {}  # whole pages, as asked ahead
             if page is None:
-                page = ask(token)
+                page = ask(token, sized)
             items = page.get(field)
             if items is not None and not isinstance(items, list):
                 raise http.malformed(what, f"'{field}' is not a list")
             items = items or []
             yield from items
-            if number == 1:
-                size = len(items)
             offset += len(items)
             token = page.get("next_page_token")
             if not token:
@@ -91,6 +96,8 @@ def search_pages(
             if not isinstance(token, str) or token in seen:
                 raise http.malformed(what, "a next_page_token that is not new text")
             seen.add(token)
+            if number == 1 and items and token == offset_token(offset):
+                step = int(query.get("max_results", len(items))) if first else len(items)
     finally:
         for future in pending.values():
             future.cancel()
