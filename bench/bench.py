@@ -585,10 +585,14 @@ def main() -> None:
     results["summary"] = [
         {"work": w, "measured": m, "goal": g, "met": ok} for w, m, g, ok in SUMMARY
     ]
+    loads = (start_load, load_average())
+    # what the README's table is written from, kept with the figures
+    results["run"] = {"parts": names, "load_average_start": loads[0], "load_average_end": loads[1]}
     (OUT / "results.json").write_text(json.dumps(results, indent=2), encoding="utf-8")
     print_summary()
+    print(f"load average {loads[0]} at the start, {loads[1]} at the end")
     if os.environ.get("BENCH_README", "1") != "0":
-        write_readme_table(names, (start_load, load_average()))
+        write_readme_table(names, loads)
     if failed:
         raise SystemExit(f"failed: {', '.join(failed)}")
 
